@@ -1,0 +1,41 @@
+// Command sluicectl is Sluice's offline tool: it renders policies into the sidecar's
+// policies.json and simulates the limiter on a trace of arrivals.
+package main
+
+import (
+	"fmt"
+	"io"
+	"os"
+)
+
+const usage = `usage: sluicectl <command> [flags]
+
+commands:
+  render     print the policies.json the controller would write for policy files
+  simulate   replay arrivals (ms since the epoch, one per line) through a limiter
+`
+
+func main() {
+	os.Exit(run(os.Args[1:], os.Stdin, os.Stdout, os.Stderr))
+}
+
+// run dispatches to a subcommand and returns the process exit code: 0 on success, 1 when the
+// command failed, 2 for a usage error.
+func run(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
+	if len(args) == 0 {
+		fmt.Fprint(stderr, usage)
+		return 2
+	}
+	switch args[0] {
+	case "render":
+		return runRender(args[1:], stdout, stderr)
+	case "simulate":
+		return runSimulate(args[1:], stdin, stdout, stderr)
+	case "help", "-h", "--help":
+		fmt.Fprint(stdout, usage)
+		return 0
+	default:
+		fmt.Fprintf(stderr, "sluicectl: unknown command %q\n%s", args[0], usage)
+		return 2
+	}
+}
