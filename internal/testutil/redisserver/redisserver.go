@@ -1,0 +1,399 @@
+// Package redisserver runs real redis-server processes for tests: one server, or a small
+// cluster of masters, each on a free loopback port with its own temporary directory, no
+// persistence, and cleanup registered with the test. Tests can stop, kill, pause, resume and
+// restart a server to exercise failure handling against the real thing rather than a mock.
+//
+// The binaries (redis-server, and redis-cli for clusters) are taken from PATH; `make test`
+// installs them. The helper never uses a Redis the machine already runs: it picks its own port
+// and refuses 6379.
+package redisserver
+
+import (
+	"bufio"
+	"errors"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// startTimeout bounds how long a server may take to answer PING after it is started.
+const startTimeout = 10 * time.Second
+
+// Option changes how Start runs a server.
+type Option func(*config)
+
+type config struct {
+	args    []string
+	cluster bool
+}
+
+// WithArgs appends redis-server command-line configuration, e.g.
+// WithArgs("--maxmemory", "10mb"). Later settings override earlier ones, so these win over
+// the helper's defaults.
+func WithArgs(args ...string) Option {
+	return func(c *config) { c.args = append(c.args, args...) }
+}
+
+// withCluster enables cluster mode; StartCluster uses it.
+func withCluster() Option {
+	return func(c *config) { c.cluster = true }
+}
+
+// Server is one redis-server process owned by a test. Its methods are safe for concurrent use,
+// but a test normally drives it from one goroutine.
+type Server struct {
+	t    testing.TB
+	bin  string
+	dir  string
+	port int
+	cfg  config
+
+	mu     sync.Mutex
+	cmd    *exec.Cmd
+	exited chan struct{} // closed when cmd has been waited for
+	paused bool
+}
+
+// Start runs a redis-server on a free loopback port and waits until it answers PING. The
+// server is killed and its directory removed when the test ends. Start fails the test when
+// redis-server is not on PATH or does not come up.
+func Start(t testing.TB, opts ...Option) *Server {
+	t.Helper()
+	bin := lookPath(t, "redis-server")
+	var cfg config
+	for _, o := range opts {
+		o(&cfg)
+	}
+	s := &Server{t: t, bin: bin, dir: t.TempDir(), cfg: cfg}
+	t.Cleanup(s.cleanup)
+
+	// Another process can take the port between our probe and redis-server's bind; try a few.
+	var lastErr error
+	for range 5 {
+		port, err := freePort(cfg.cluster)
+		if err != nil {
+			t.Fatalf("redisserver: finding a free port: %v", err)
+		}
+		s.port = port
+		if lastErr = s.start(); lastErr == nil {
+			return s
+		}
+	}
+	t.Fatalf("redisserver: starting redis-server: %v\nlog:\n%s", lastErr, s.log())
+	return nil
+}
+
+// Addr is the server's host:port on the loopback interface.
+func (s *Server) Addr() string { return net.JoinHostPort("127.0.0.1", strconv.Itoa(s.port)) }
+
+// Port is the server's TCP port.
+func (s *Server) Port() int { return s.port }
+
+// URL is a redis:// URL for the server, database 0.
+func (s *Server) URL() string { return "redis://" + s.Addr() + "/0" }
+
+// Stop shuts the server down gracefully (SIGTERM) and waits for it to exit. A paused server is
+// resumed first so it can see the signal. Stopping a stopped server does nothing.
+func (s *Server) Stop() {
+	s.t.Helper()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if err := s.stopLocked(syscall.SIGTERM, startTimeout); err != nil {
+		s.t.Fatalf("redisserver: stopping %s: %v", s.Addr(), err)
+	}
+}
+
+// Kill ends the server with SIGKILL and waits for it to exit: clients see connections reset
+// and new connections refused.
+func (s *Server) Kill() {
+	s.t.Helper()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if err := s.stopLocked(syscall.SIGKILL, startTimeout); err != nil {
+		s.t.Fatalf("redisserver: killing %s: %v", s.Addr(), err)
+	}
+}
+
+// Pause freezes the server with SIGSTOP: connections stay open and requests go unanswered,
+// as with a server that hangs or a network partition. Resume undoes it.
+func (s *Server) Pause() {
+	s.t.Helper()
+	s.signal(syscall.SIGSTOP, true)
+}
+
+// Resume continues a paused server with SIGCONT.
+func (s *Server) Resume() {
+	s.t.Helper()
+	s.signal(syscall.SIGCONT, false)
+}
+
+// Restart stops the server if it runs (gracefully) and starts it again on the same port and
+// directory. Data does not survive: the helper disables persistence. Clients using the old
+// address reconnect to the new process.
+func (s *Server) Restart() {
+	s.t.Helper()
+	s.mu.Lock()
+	err := s.stopLocked(syscall.SIGTERM, startTimeout)
+	s.mu.Unlock()
+	if err != nil {
+		s.t.Fatalf("redisserver: stopping %s for restart: %v", s.Addr(), err)
+	}
+	// The port was ours a moment ago, but the kernel may need a moment to release it.
+	deadline := time.Now().Add(startTimeout)
+	for {
+		err = s.start()
+		if err == nil {
+			return
+		}
+		if time.Now().After(deadline) {
+			s.t.Fatalf("redisserver: restarting %s: %v\nlog:\n%s", s.Addr(), err, s.log())
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// Do sends one command to the server on a fresh connection and returns the reply rendered as
+// text: simple and bulk strings as they are, integers in decimal, arrays one element per line.
+// A Redis error reply is returned as an error. It is meant for test assertions (CONFIG GET,
+// MEMORY USAGE, CLUSTER INFO), not for load.
+func (s *Server) Do(args ...string) (string, error) {
+	return do(s.Addr(), 2*time.Second, args...)
+}
+
+func (s *Server) start() error {
+	args := []string{
+		"--port", strconv.Itoa(s.port),
+		"--bind", "127.0.0.1",
+		"--save", "",
+		"--appendonly", "no",
+		"--dir", s.dir,
+		"--daemonize", "no",
+		"--logfile", filepath.Join(s.dir, "redis.log"),
+		"--loglevel", "notice",
+	}
+	if s.cfg.cluster {
+		args = append(args,
+			"--cluster-enabled", "yes",
+			"--cluster-config-file", filepath.Join(s.dir, "nodes.conf"),
+			"--cluster-node-timeout", "2000",
+		)
+	}
+	args = append(args, s.cfg.args...)
+	cmd := exec.Command(s.bin, args...)
+	cmd.Dir = s.dir
+	// Its own process group, so signals aimed at the test (Ctrl-C) do not reach it first and a
+	// paused server does not stop anything else.
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	if err := cmd.Start(); err != nil {
+		return err
+	}
+	exited := make(chan struct{})
+	go func() {
+		_ = cmd.Wait()
+		close(exited)
+	}()
+	s.mu.Lock()
+	s.cmd, s.exited, s.paused = cmd, exited, false
+	s.mu.Unlock()
+
+	deadline := time.Now().Add(startTimeout)
+	for {
+		select {
+		case <-exited:
+			return fmt.Errorf("redis-server exited at start: %v", cmd.ProcessState)
+		default:
+		}
+		if reply, err := do(s.Addr(), 200*time.Millisecond, "PING"); err == nil && reply == "PONG" {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			s.mu.Lock()
+			_ = s.stopLocked(syscall.SIGKILL, startTimeout)
+			s.mu.Unlock()
+			return fmt.Errorf("no PONG within %s", startTimeout)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// stopLocked sends sig to a running server and waits for it to exit; s.mu is held.
+func (s *Server) stopLocked(sig syscall.Signal, wait time.Duration) error {
+	if s.cmd == nil {
+		return nil
+	}
+	select {
+	case <-s.exited:
+		s.cmd = nil
+		return nil
+	default:
+	}
+	if err := s.cmd.Process.Signal(sig); err != nil && !errors.Is(err, os.ErrProcessDone) {
+		return err
+	}
+	if s.paused && sig != syscall.SIGKILL {
+		// A stopped process only acts on SIGTERM once it runs again.
+		_ = s.cmd.Process.Signal(syscall.SIGCONT)
+	}
+	select {
+	case <-s.exited:
+	case <-time.After(wait):
+		_ = s.cmd.Process.Kill()
+		<-s.exited
+		return fmt.Errorf("did not exit within %s after %v; killed", wait, sig)
+	}
+	s.cmd, s.paused = nil, false
+	return nil
+}
+
+func (s *Server) signal(sig syscall.Signal, paused bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.cmd == nil {
+		s.t.Fatalf("redisserver: %v to %s, which is not running", sig, s.Addr())
+	}
+	if err := s.cmd.Process.Signal(sig); err != nil {
+		s.t.Fatalf("redisserver: %v to %s: %v", sig, s.Addr(), err)
+	}
+	s.paused = paused
+}
+
+func (s *Server) cleanup() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.paused && s.cmd != nil {
+		_ = s.cmd.Process.Signal(syscall.SIGCONT)
+	}
+	_ = s.stopLocked(syscall.SIGKILL, startTimeout)
+}
+
+// log returns the tail of the server's log file, for failure messages.
+func (s *Server) log() string {
+	b, err := os.ReadFile(filepath.Join(s.dir, "redis.log"))
+	if err != nil {
+		return "(no log: " + err.Error() + ")"
+	}
+	if len(b) > 4096 {
+		b = b[len(b)-4096:]
+	}
+	return string(b)
+}
+
+func lookPath(t testing.TB, name string) string {
+	t.Helper()
+	p, err := exec.LookPath(name)
+	if err != nil {
+		t.Fatalf("redisserver: %s is not on PATH (%v); `make test` installs it, or install the redis-server and redis-tools packages", name, err)
+	}
+	return p
+}
+
+// freePort returns a loopback TCP port nobody listens on. With cluster, it also checks the
+// cluster bus port (port+10000), which Redis derives from the client port.
+func freePort(cluster bool) (int, error) {
+	for range 100 {
+		var port int
+		if cluster {
+			// The bus port must fit in 16 bits; probe a range where it does.
+			port = 20000 + rand.IntN(55535-20000)
+		} else {
+			l, err := net.Listen("tcp", "127.0.0.1:0")
+			if err != nil {
+				return 0, err
+			}
+			port = l.Addr().(*net.TCPAddr).Port
+			_ = l.Close()
+		}
+		if port == 6379 || port+10000 == 6379 {
+			continue
+		}
+		if !portFree(port) || (cluster && !portFree(port+10000)) {
+			continue
+		}
+		return port, nil
+	}
+	return 0, errors.New("no free port after 100 tries")
+}
+
+func portFree(port int) bool {
+	l, err := net.Listen("tcp", net.JoinHostPort("127.0.0.1", strconv.Itoa(port)))
+	if err != nil {
+		return false
+	}
+	_ = l.Close()
+	return true
+}
+
+// do sends one RESP command on a new connection and renders the reply; see Server.Do.
+func do(addr string, timeout time.Duration, args ...string) (string, error) {
+	conn, err := net.DialTimeout("tcp", addr, timeout)
+	if err != nil {
+		return "", err
+	}
+	defer conn.Close()
+	_ = conn.SetDeadline(time.Now().Add(timeout))
+	var b strings.Builder
+	fmt.Fprintf(&b, "*%d\r\n", len(args))
+	for _, a := range args {
+		fmt.Fprintf(&b, "$%d\r\n%s\r\n", len(a), a)
+	}
+	if _, err := conn.Write([]byte(b.String())); err != nil {
+		return "", err
+	}
+	return readReply(bufio.NewReader(conn))
+}
+
+func readReply(r *bufio.Reader) (string, error) {
+	line, err := r.ReadString('\n')
+	if err != nil {
+		return "", err
+	}
+	line = strings.TrimSuffix(line, "\r\n")
+	if line == "" {
+		return "", errors.New("empty reply line")
+	}
+	switch line[0] {
+	case '+', ':':
+		return line[1:], nil
+	case '-':
+		return "", errors.New(line[1:])
+	case '$':
+		n, err := strconv.Atoi(line[1:])
+		if err != nil {
+			return "", err
+		}
+		if n < 0 {
+			return "", nil
+		}
+		buf := make([]byte, n+2)
+		if _, err := io.ReadFull(r, buf); err != nil {
+			return "", err
+		}
+		return string(buf[:n]), nil
+	case '*':
+		n, err := strconv.Atoi(line[1:])
+		if err != nil {
+			return "", err
+		}
+		parts := make([]string, 0, max(n, 0))
+		for range n {
+			p, err := readReply(r)
+			if err != nil {
+				return "", err
+			}
+			parts = append(parts, p)
+		}
+		return strings.Join(parts, "\n"), nil
+	default:
+		return "", fmt.Errorf("unexpected reply %q", line)
+	}
+}
