@@ -55,6 +55,9 @@ const (
 	MaxLogLimit int64         = 10_000
 	MaxWindow   time.Duration = 24 * time.Hour
 	MinWindow   time.Duration = time.Millisecond
+	// MaxNowMs is the latest instant, in ms since the Unix epoch, a Store accepts (2^52 ms, in
+	// the year 144683). Instants stay at most now+2*Window < 2^53 in every formula.
+	MaxNowMs int64 = 1 << 52
 )
 
 // Limit is one rule's parameters. The zero value is invalid; see Validate.
@@ -105,7 +108,7 @@ func (l Limit) Validate() error {
 		return fmt.Errorf("window %s is not a whole number of milliseconds between %s and %s", l.Window, MinWindow, MaxWindow)
 	}
 	if l.Burst < 0 || l.Burst > MaxLimit {
-		return fmt.Errorf("burst %d is outside 1..%d", l.Burst, MaxLimit)
+		return fmt.Errorf("burst %d is outside 0..%d (0 means limit)", l.Burst, MaxLimit)
 	}
 	switch l.Mode {
 	case "", Meter, Queue:
@@ -162,3 +165,6 @@ type Store interface {
 
 // ErrInvalidLimit wraps a Limit that fails Validate or a non-positive cost.
 var ErrInvalidLimit = errors.New("invalid limit")
+
+// ErrInvalidTime wraps an instant before the Unix epoch or after MaxNowMs.
+var ErrInvalidTime = errors.New("invalid time")
