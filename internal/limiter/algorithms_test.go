@@ -171,42 +171,47 @@ func TestSlidingWindowCounter(t *testing.T) {
 	stepTable{
 		"the previous window counts for the part of it still in the sliding interval": {small, []step{
 			{at: 0, n: 9, allow: true},
-			{at: 0, want: allow(0, 2000)},
-			// Curr fills the window: next window, Prev'=10, e2 = 1000-floor(9*1000/10) = 100.
-			{at: 999, want: deny(0, 1001, 101)},
-			// e=0: 10*1000 > (10-0-1)*1000; e'=1000-floor(9*1000/10)=100.
-			{at: 1000, want: deny(0, 1000, 100)},
-			{at: 1099, want: deny(0, 901, 1)},
-			{at: 1100, want: allow(0, 1900)},
-			// 10*(1000-e) <= (10-1-1)*1000 from e=200.
-			{at: 1150, want: deny(0, 1850, 50)},
-			{at: 1200, want: allow(0, 1800)},
-			{at: 3000, want: allow(9, 2000)},
+			{at: 0, want: allow(0, 1999)},
+			// Curr fills the window: next window, Prev'=10, e2 = 999-floor(9*1000/10) = 99.
+			{at: 999, want: deny(0, 1000, 100)},
+			// e=0, rest=999: 10*999 > (10-0-1)*1000; e' = 999-floor(9*1000/10) = 99.
+			{at: 1000, want: deny(0, 999, 99)},
+			{at: 1098, want: deny(0, 901, 1)},
+			{at: 1099, want: allow(0, 1900)},
+			// 10*(999-e) <= (10-1-1)*1000 from e=199.
+			{at: 1150, want: deny(0, 1849, 49)},
+			{at: 1199, want: allow(0, 1800)},
+			{at: 3000, want: allow(9, 1999)},
 		}},
 		"retry in the next window when this one is full": {small, []step{
 			{at: 500, n: 9, allow: true},
-			{at: 999, want: allow(0, 1001)},
-			// Curr=10 fills the window: next window, Prev'=10, e2 = 1000-floor(9*1000/10) = 100.
-			{at: 999, want: deny(0, 1001, 101)},
-			{at: 999, cost: 10, want: deny(0, 1001, 1001)}, // needs the window after next, e2 = W
-			{at: 999, cost: 11, want: never(0, 1001)},
+			{at: 999, want: allow(0, 1000)},
+			{at: 999, want: deny(0, 1000, 100)},
+			{at: 999, cost: 10, want: deny(0, 1000, 1000)}, // the last ms of the next window
+			{at: 999, cost: 11, want: never(0, 1000)},
+			{at: 1999, cost: 10, want: allow(0, 1000)},
 		}},
 		"seed 5.2: the boundary burst is denied, pro rata": {with(perMinute, SlidingWindowCounter), []step{
 			{at: 59_000, n: 100, allow: true},
-			// The estimate assumes the previous 100 were spread over the window: at e=600ms,
-			// 100*59400/60000 = 99 of them count, so one more fits.
-			{at: 60_000, want: deny(0, 60_000, 600)},
-			{at: 60_600, want: allow(0, 119_400)},
-			{at: 60_600, want: deny(0, 119_400, 600)},
+			// The estimate assumes the previous 100 were spread over the window: at e=599ms,
+			// 100*(59999-599)/60000 = 99 of them count, so one more fits.
+			{at: 60_000, want: deny(0, 59_999, 599)},
+			{at: 60_599, want: allow(0, 119_400)},
+			{at: 60_599, want: deny(0, 119_400, 600)},
 		}},
-		"only the previous window left: reset at this window's end": {small, []step{
-			{at: 900, cost: 4, want: allow(6, 1100)},
-			{at: 1500, cost: 10, want: deny(8, 500, 500)},
-			{at: 1500, cost: 4, want: allow(4, 1500)},
+		"only the previous window left: reset at this window's last ms": {small, []step{
+			{at: 900, cost: 4, want: allow(6, 1099)},
+			{at: 1500, cost: 10, want: deny(8, 499, 499)},
+			{at: 1500, cost: 4, want: allow(4, 1499)},
 		}},
 		"a clock that goes back counts at the start of the latest window": {small, []step{
-			{at: 1500, want: allow(9, 1500)},
-			{at: 500, want: allow(8, 2000)},
+			{at: 1500, want: allow(9, 1499)},
+			{at: 500, want: allow(8, 1999)},
+		}},
+		"a 1ms window is exact": {Limit{Algorithm: SlidingWindowCounter, Limit: 2, Window: time.Millisecond}, []step{
+			{at: 0, n: 2, allow: true},
+			{at: 0, want: deny(0, 1, 1)},
+			{at: 1, n: 2, allow: true},
 		}},
 	}.run(t)
 }

@@ -1,6 +1,9 @@
 package limiter
 
-import "time"
+import (
+	"math"
+	"time"
+)
 
 // The transitions below share these conventions, which the Lua port follows literally:
 //
@@ -23,8 +26,18 @@ func ceilDiv(a, b int64) int64 {
 	return q
 }
 
-// ms converts a whole number of milliseconds to a Duration.
-func ms(n int64) time.Duration { return time.Duration(n) * time.Millisecond }
+// MaxDurationMs is the longest duration, in ms, a Result reports, about 292 years: the longest
+// whole number of ms a time.Duration holds. Longer ones saturate to it (a bucket of 1e8 tokens
+// that refills one a day is full again after 270,000 years).
+const MaxDurationMs = math.MaxInt64 / int64(time.Millisecond)
+
+// DurationFromMs converts a whole number of ms from a transition to a Result's Duration,
+// saturating at MaxDurationMs. Every Store converts with it, so all report the same Result.
+func DurationFromMs(n int64) time.Duration {
+	return time.Duration(min(n, MaxDurationMs)) * time.Millisecond
+}
+
+func ms(n int64) time.Duration { return DurationFromMs(n) }
 
 // costExceedsCapacity is the Result for a request that can never pass.
 func costExceedsCapacity(capacity int64) Result {

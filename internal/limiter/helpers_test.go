@@ -93,7 +93,7 @@ func checkExact(lim Limit, before, after taker, r Result, c, now int64) error {
 	if got := s.Take(lim, 1, now); got.Allowed {
 		return fmt.Errorf("Remaining %d, but one more request of cost 1 passes", r.Remaining)
 	}
-	if !r.Allowed && r.RetryAfter != NeverRetry {
+	if !r.Allowed && r.RetryAfter != NeverRetry && r.RetryAfter.Milliseconds() < MaxDurationMs {
 		retry := r.RetryAfter.Milliseconds()
 		if got := clone(before).Take(lim, c, now+retry); !got.Allowed {
 			return fmt.Errorf("RetryAfter %dms, but the request is denied then: %+v", retry, got)
@@ -105,6 +105,9 @@ func checkExact(lim Limit, before, after taker, r Result, c, now int64) error {
 		}
 	}
 	reset := r.ResetAfter.Milliseconds()
+	if reset == MaxDurationMs {
+		return nil
+	}
 	if got := clone(after).Take(lim, capacity, now+reset); !got.Allowed {
 		return fmt.Errorf("ResetAfter %dms, but a request of the full capacity %d is denied then: %+v", reset, capacity, got)
 	}
@@ -124,7 +127,7 @@ func checkBounds(lim Limit, r Result, c int64) error {
 		return fmt.Errorf("Limit %d, want capacity %d", r.Limit, capacity)
 	case r.Remaining < 0 || r.Remaining > capacity:
 		return fmt.Errorf("Remaining %d outside 0..%d", r.Remaining, capacity)
-	case r.ResetAfter < 0 || r.ResetAfter > 2*lim.Window+ms(ceilDiv(capacity*lim.WindowMs(), lim.Limit)):
+	case r.ResetAfter < 0 || r.ResetAfter > max(2*lim.Window, ms(ceilDiv(capacity*lim.WindowMs(), lim.Limit))):
 		return fmt.Errorf("ResetAfter %s out of range", r.ResetAfter)
 	case r.Delay < 0 || r.Delay > lim.MaxDelay || (r.Delay > 0 && !r.Allowed):
 		return fmt.Errorf("Delay %s out of range (allowed %v)", r.Delay, r.Allowed)

@@ -5,11 +5,17 @@ package limiter
 // nothing.
 //
 // The algorithm (Cloudflare's) estimates the units in the sliding interval (now-W, now] as
-// Prev*(W-e)/W + Curr, where e = now - Window*W, assuming the previous window's units were spread
-// evenly. It never admits more than L units in one aligned window (Curr + c <= L). When arrivals
-// are spread evenly the estimate is exact; when they are not it can be wrong either way, and an
-// adversary who puts L units at the very end of one window and then keeps asking through the
-// next gets up to L + L - ceil(L/W) (< 2L) units into one sliding interval of length W
+// Curr plus the share of Prev that falls in it, assuming the previous window's units were spread
+// evenly over its W milliseconds. On millisecond ticks, (now-W, now] holds the last
+// rest = W-1-e ticks of the previous window (e = now - Window*W), so the estimate is
+// Prev*rest/W + Curr; with W = 1 it is exact. (Cloudflare's continuous form uses W-e; on ticks
+// that counts one tick of the previous window too many, and with W = 1 it would count two
+// windows.) It never admits more than L units in one aligned window (Curr + c <= L).
+//
+// When arrivals are spread evenly the estimate is close (evenly spaced requests at exactly the
+// limit's rate lose about one per window to rounding); when they are not it can be wrong either
+// way: an adversary who puts L units at the very end of one window and then keeps asking
+// through the next gets up to 2L - ceil(L/W) units into one sliding interval of length W
 // (TestSlidingWindowCounterWorstCase shows it). Use SlidingWindowLog where the bound must hold
 // on every interval.
 type SlidingWindowCounterState struct {
@@ -28,19 +34,18 @@ type SlidingWindowCounterState struct {
 //	w == Window+1:  Prev = Curr, Curr = 0, Window = w
 //	w >  Window+1:  Prev = 0,    Curr = 0, Window = w
 //	w <  Window:    now = Window*W                       (clock went back)
-//	e = now - Window*W   (0 <= e < W),   rest = W - e    (1 <= rest <= W)
+//	e = now - Window*W   (0 <= e < W),   rest = W - 1 - e   (0 <= rest < W)
 //	c > L:  deny, cost exceeds capacity, RetryAfter = NeverRetry
 //	Curr + c <= L  and  Prev*rest <= (L - Curr - c)*W:   admit, Curr += c
 //	        (the exact form of Prev*rest/W + Curr + c <= L; both sides <= L*W < 2^53)
 //	otherwise deny, limited, RetryAfter = the first instant at which the same request would pass:
-//	    A, later in this window, if Curr + c <= L and Prev > 0:
-//	        k = floor((L - Curr - c)*W / Prev); if k >= 1: RetryAfter = (W - k) - e
-//	    B, otherwise in the next window, where Prev' = Curr, Curr' = 0:
-//	        e2 = 0 if Curr == 0, else max(0, W - floor((L - c)*W / Curr))   (0 <= e2 <= W)
-//	        RetryAfter = rest + e2        (e2 = W is the start of the window after next)
+//	    if Curr + c <= L (so Prev > 0), later in this window, at e' = W - 1 - k:
+//	        k = floor((L - Curr - c)*W / Prev),   RetryAfter = (W - 1 - k) - e
+//	    else in the next window, where Prev' = Curr and Curr' = 0, at e2:
+//	        e2 = max(0, W - 1 - floor((L - c)*W / Curr)),   RetryAfter = (W - e) + e2
 //	Remaining  = max(0, L - Curr - ceil(Prev*rest/W))
-//	ResetAfter = rest + W if Curr > 0; rest if Curr == 0 and Prev > 0; else 0
-//	             (the estimate is 0 from the end of the window after Curr's)
+//	ResetAfter = the first instant the estimate is 0 for good:
+//	             rest + W if Curr > 0; rest if Curr == 0 and Prev > 0; else 0
 func (s *SlidingWindowCounterState) Take(lim Limit, c, now int64) Result {
 	W, L := lim.WindowMs(), lim.Limit
 	switch w := now / W; {
@@ -53,7 +58,7 @@ func (s *SlidingWindowCounterState) Take(lim Limit, c, now int64) Result {
 		now = s.Window * W
 	}
 	e := now - s.Window*W
-	rest := W - e
+	rest := W - 1 - e
 
 	var r Result
 	switch {
@@ -62,8 +67,15 @@ func (s *SlidingWindowCounterState) Take(lim Limit, c, now int64) Result {
 	case s.Curr+c <= L && s.Prev*rest <= (L-s.Curr-c)*W:
 		s.Curr += c
 		r = Result{Allowed: true, Limit: L}
+	case s.Curr+c <= L:
+		k := (L - s.Curr - c) * W / s.Prev
+		r = Result{Limit: L, RetryAfter: ms(W - 1 - k - e), Reason: ReasonLimited}
 	default:
-		r = Result{Limit: L, RetryAfter: ms(s.retryAfter(L, W, c, e)), Reason: ReasonLimited}
+		var e2 int64
+		if s.Curr > 0 { // always, unless L was lowered below c's old window
+			e2 = max(0, W-1-(L-c)*W/s.Curr)
+		}
+		r = Result{Limit: L, RetryAfter: ms(W - e + e2), Reason: ReasonLimited}
 	}
 	r.Remaining = max(0, L-s.Curr-ceilDiv(s.Prev*rest, W))
 	switch {
@@ -73,19 +85,4 @@ func (s *SlidingWindowCounterState) Take(lim Limit, c, now int64) Result {
 		r.ResetAfter = ms(rest)
 	}
 	return r
-}
-
-// retryAfter is the ms from e until a request of cost c <= L passes, for a denied request.
-func (s *SlidingWindowCounterState) retryAfter(L, W, c, e int64) int64 {
-	if s.Curr+c <= L && s.Prev > 0 {
-		// Prev*(W-e') <= (L-Curr-c)*W  <=>  W-e' <= k  <=>  e' >= W-k.
-		if k := (L - s.Curr - c) * W / s.Prev; k >= 1 {
-			return max(W-k, e) - e
-		}
-	}
-	var e2 int64
-	if s.Curr > 0 {
-		e2 = max(0, W-(L-c)*W/s.Curr)
-	}
-	return W - e + e2
 }
