@@ -2,6 +2,7 @@ package limiter
 
 import (
 	"math"
+	"math/bits"
 	"time"
 )
 
@@ -38,6 +39,14 @@ func DurationFromMs(n int64) time.Duration {
 }
 
 func ms(n int64) time.Duration { return DurationFromMs(n) }
+
+// reaches reports whether dt*L >= need, that is dt >= ceil(need/L), for dt, L, need >= 0. The
+// product is taken in 128 bits, so it cannot overflow for a huge dt, and there is no division
+// on the hot path. (Lua compares dt >= ceil(need/L): the same answer.)
+func reaches(dt, L, need int64) bool {
+	hi, lo := bits.Mul64(uint64(dt), uint64(L))
+	return hi != 0 || lo >= uint64(need)
+}
 
 // costExceedsCapacity is the Result for a request that can never pass.
 func costExceedsCapacity(capacity int64) Result {

@@ -25,7 +25,10 @@ type FixedWindowState struct {
 //	otherwise:           deny, limited, RetryAfter = end
 //	Remaining  = max(0, L - Count)
 //	ResetAfter = end if Count > 0, else 0
-func (s *FixedWindowState) Take(lim Limit, c, now int64) Result {
+func (s *FixedWindowState) Take(lim Limit, c, now int64) Result { return s.take(&lim, c, now) }
+
+// take is Take with lim by reference, for the store's hot path.
+func (s *FixedWindowState) take(lim *Limit, c, now int64) Result {
 	W, L := lim.WindowMs(), lim.Limit
 	w := now / W
 	if w > s.Window {

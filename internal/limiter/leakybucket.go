@@ -40,7 +40,7 @@ func (s *LeakyBucketState) Take(lim Limit, c, now int64) Result {
 func (s *LeakyBucketState) leak(L, full, now int64) {
 	s.Level = min(s.Level, full)
 	if now > s.Last {
-		if dt := now - s.Last; dt >= ceilDiv(s.Level, L) {
+		if dt := now - s.Last; reaches(dt, L, s.Level) {
 			s.Level = 0
 		} else {
 			s.Level -= dt * L
@@ -59,6 +59,11 @@ func (s *LeakyBucketState) leak(L, full, now int64) {
 //	Remaining  = floor((full - Level)/W)
 //	ResetAfter = ceil(Level/L)
 func (s *LeakyBucketState) TakeMeter(lim Limit, c, now int64) Result {
+	return s.takeMeter(&lim, c, now)
+}
+
+// takeMeter is TakeMeter with lim by reference, for the store's hot path.
+func (s *LeakyBucketState) takeMeter(lim *Limit, c, now int64) Result {
 	W, L, capacity := lim.WindowMs(), lim.Limit, lim.Capacity()
 	full := capacity * W
 	s.leak(L, full, now)
@@ -91,6 +96,11 @@ func (s *LeakyBucketState) TakeMeter(lim Limit, c, now int64) Result {
 //	             how many more cost-1 requests would pass now
 //	ResetAfter = ceil(Level/L)
 func (s *LeakyBucketState) TakeQueue(lim Limit, c, now int64) Result {
+	return s.takeQueue(&lim, c, now)
+}
+
+// takeQueue is TakeQueue with lim by reference, for the store's hot path.
+func (s *LeakyBucketState) takeQueue(lim *Limit, c, now int64) Result {
 	W, L, capacity := lim.WindowMs(), lim.Limit, lim.Capacity()
 	full, M := capacity*W, lim.MaxDelay.Milliseconds()
 	s.leak(L, full, now)

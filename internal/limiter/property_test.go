@@ -188,7 +188,7 @@ func TestLeakyBucketQueueSpacing(t *testing.T) {
 		lim.Mode, lim.MaxDelay = Queue, ms(rng.Int63n(3*lim.WindowMs()))
 		W, L := lim.WindowMs(), lim.Limit
 		var s LeakyBucketState
-		now := int64(0) // relative to t0, so that now*L stays small
+		now := int64(0)             // relative to t0, so that now*L stays small
 		var startL int64 = -1 << 40 // S_{k-1}*L + c_{k-1}*W: when the queue ahead empties, times L
 		queued := 0
 		for i := 0; i < 400; i++ {

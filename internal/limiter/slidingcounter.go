@@ -46,7 +46,10 @@ type SlidingWindowCounterState struct {
 //	Remaining  = max(0, L - Curr - ceil(Prev*rest/W))
 //	ResetAfter = the first instant the estimate is 0 for good:
 //	             rest + W if Curr > 0; rest if Curr == 0 and Prev > 0; else 0
-func (s *SlidingWindowCounterState) Take(lim Limit, c, now int64) Result {
+func (s *SlidingWindowCounterState) Take(lim Limit, c, now int64) Result { return s.take(&lim, c, now) }
+
+// take is Take with lim by reference, for the store's hot path.
+func (s *SlidingWindowCounterState) take(lim *Limit, c, now int64) Result {
 	W, L := lim.WindowMs(), lim.Limit
 	switch w := now / W; {
 	case w == s.Window:

@@ -67,7 +67,10 @@ func (s *SlidingWindowLogState) push(e LogEntry) {
 //	                sum + c - L (once e has expired, c fits)
 //	Remaining  = max(0, L - sum)                           (sum after an admission)
 //	ResetAfter = newest.T + W - now if the log is not empty, else 0
-func (s *SlidingWindowLogState) Take(lim Limit, c, now int64) Result {
+func (s *SlidingWindowLogState) Take(lim Limit, c, now int64) Result { return s.take(&lim, c, now) }
+
+// take is Take with lim by reference, for the store's hot path.
+func (s *SlidingWindowLogState) take(lim *Limit, c, now int64) Result {
 	W, L := lim.WindowMs(), lim.Limit
 	if s.n > 0 {
 		now = max(now, s.at(s.n-1).T)

@@ -32,7 +32,10 @@ type TokenBucketState struct {
 //
 // No fraction of a token is lost between requests: a client that always waits its RetryAfter
 // gets exactly cap + floor(L*(t1-t0)/W) units of cost 1 through in [t0, t1] from a full bucket.
-func (s *TokenBucketState) Take(lim Limit, c, now int64) Result {
+func (s *TokenBucketState) Take(lim Limit, c, now int64) Result { return s.take(&lim, c, now) }
+
+// take is Take with lim by reference, for the store's hot path.
+func (s *TokenBucketState) take(lim *Limit, c, now int64) Result {
 	W, L, capacity := lim.WindowMs(), lim.Limit, lim.Capacity()
 	full := capacity * W
 	if !s.Started {
@@ -40,7 +43,7 @@ func (s *TokenBucketState) Take(lim Limit, c, now int64) Result {
 	}
 	s.Tokens = min(s.Tokens, full)
 	if now > s.Last {
-		if dt := now - s.Last; dt >= ceilDiv(full-s.Tokens, L) {
+		if dt := now - s.Last; reaches(dt, L, full-s.Tokens) {
 			s.Tokens = full
 		} else {
 			s.Tokens += dt * L

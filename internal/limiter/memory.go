@@ -1,0 +1,238 @@
+package limiter
+
+import (
+	"context"
+	"fmt"
+	"hash/maphash"
+	"math"
+	"sync"
+	"time"
+)
+
+// DefaultMaxKeys is MemoryStoreOptions.MaxKeys when it is zero.
+const DefaultMaxKeys = 100_000
+
+// evictionSample is how many entries of a full shard are looked at to make room for a new key.
+const evictionSample = 32
+
+// MemoryStoreOptions configures NewMemoryStore.
+type MemoryStoreOptions struct {
+	// MaxKeys bounds the number of keys held at once; zero means DefaultMaxKeys. Keys come from
+	// clients, so the bound is what keeps an attacker who invents keys from exhausting memory.
+	MaxKeys int
+}
+
+// MemoryStore is a Store that keeps each key's state in process memory: the sidecar's fallback
+// when Redis is unreachable, and the simulator's engine. It is safe for concurrent use.
+//
+// Keys are spread over shards, each with its own mutex and map. At most MaxKeys keys are held.
+// A key whose state has gone back to that of a fresh key (after its ResetAfter) is expired and
+// may be dropped at any time without changing a decision. To make room for a new key in a full
+// shard, the store drops the expired entries among a sample of the shard's entries, or if there
+// are none, the sampled entry closest to expiry: a flood of new keys can then only make live
+// keys forget their state early, never grow memory. Taking on an existing key does not allocate.
+//
+// An entry remembers the Limit it was last used with. When a key is used with a different Limit
+// (a policy was edited): if the Algorithm, Window or Mode changed the state means something
+// else, and the key starts fresh; otherwise (Limit, Burst or MaxDelay changed) the state is kept
+// and the transitions adapt it: counts are compared to the new limit, a bucket's content is
+// clamped to the new capacity.
+type MemoryStore struct {
+	shards []memoryShard
+	mask   uint64
+	seed   maphash.Seed
+}
+
+type memoryShard struct {
+	mu      sync.Mutex
+	entries map[string]*memoryEntry
+	maxKeys int
+	_       [40]byte // keep shards on separate cache lines
+}
+
+type memoryEntry struct {
+	lim       Limit
+	kind      kind  // lim.Algorithm and Mode, for a switch without string compares
+	expiresAt int64 // ms since the epoch; from then on the state equals a fresh key's
+	fixed     FixedWindowState
+	counter   SlidingWindowCounterState
+	tokens    TokenBucketState
+	leaky     LeakyBucketState
+	log       *SlidingWindowLogState
+}
+
+// NewMemoryStore returns an empty MemoryStore.
+func NewMemoryStore(opts MemoryStoreOptions) *MemoryStore {
+	maxKeys := opts.MaxKeys
+	if maxKeys <= 0 {
+		maxKeys = DefaultMaxKeys
+	}
+	n := 64 // shards; fewer for a small bound, so that each holds at least 16 keys to choose from
+	for n > 1 && n*16 > maxKeys {
+		n /= 2
+	}
+	m := &MemoryStore{shards: make([]memoryShard, n), mask: uint64(n - 1), seed: maphash.MakeSeed()}
+	for i := range m.shards {
+		sh := &m.shards[i]
+		sh.maxKeys = maxKeys / n
+		if i < maxKeys%n {
+			sh.maxKeys++
+		}
+		sh.entries = make(map[string]*memoryEntry)
+	}
+	return m
+}
+
+// Take implements Store. now is truncated to the millisecond; it must be between the Unix epoch
+// and MaxNowMs (else the error wraps ErrInvalidTime). An invalid lim or n < 1 gives an error
+// wrapping ErrInvalidLimit. ctx is not used: Take never blocks on anything but a shard's mutex.
+func (m *MemoryStore) Take(_ context.Context, key string, lim Limit, n int64, now time.Time) (Result, error) {
+	nowMs := now.UnixMilli()
+	if nowMs < 0 || nowMs > MaxNowMs {
+		return Result{}, fmt.Errorf("%w: %s is outside the Unix epoch .. %d ms", ErrInvalidTime, now, MaxNowMs)
+	}
+	if n < 1 {
+		return Result{}, fmt.Errorf("%w: cost %d is below 1", ErrInvalidLimit, n)
+	}
+	sh := &m.shards[maphash.String(m.seed, key)&m.mask]
+	sh.mu.Lock()
+	e := sh.entries[key]
+	if e != nil && e.lim == lim {
+		r := e.take(n, nowMs)
+		sh.mu.Unlock()
+		return r, nil
+	}
+	if err := lim.Validate(); err != nil {
+		sh.mu.Unlock()
+		return Result{}, fmt.Errorf("%w: %w", ErrInvalidLimit, err)
+	}
+	if e != nil {
+		e.adapt(lim)
+		r := e.take(n, nowMs)
+		sh.mu.Unlock()
+		return r, nil
+	}
+	e = new(memoryEntry)
+	e.adapt(lim)
+	r := e.take(n, nowMs)
+	if r.ResetAfter > 0 { // a request that leaves the key fresh need not be remembered
+		sh.makeRoom(nowMs)
+		sh.entries[key] = e
+	}
+	sh.mu.Unlock()
+	return r, nil
+}
+
+// kind is an entry's transition.
+type kind uint8
+
+const (
+	kindFixedWindow kind = iota
+	kindSlidingWindowLog
+	kindSlidingWindowCounter
+	kindTokenBucket
+	kindLeakyMeter
+	kindLeakyQueue
+)
+
+// take applies e's transition and records when its state will be a fresh key's again.
+func (e *memoryEntry) take(c, now int64) Result {
+	var r Result
+	switch e.kind {
+	case kindFixedWindow:
+		r = e.fixed.take(&e.lim, c, now)
+	case kindSlidingWindowCounter:
+		r = e.counter.take(&e.lim, c, now)
+	case kindTokenBucket:
+		r = e.tokens.take(&e.lim, c, now)
+	case kindLeakyMeter:
+		r = e.leaky.takeMeter(&e.lim, c, now)
+	case kindLeakyQueue:
+		r = e.leaky.takeQueue(&e.lim, c, now)
+	default:
+		if e.log == nil {
+			e.log = new(SlidingWindowLogState)
+		}
+		r = e.log.take(&e.lim, c, now)
+	}
+	e.expiresAt = now + r.ResetAfter.Milliseconds()
+	return r
+}
+
+// adapt moves e to lim (valid, different from e.lim); see MemoryStore.
+func (e *memoryEntry) adapt(lim Limit) {
+	if lim.Algorithm != e.lim.Algorithm || lim.Window != e.lim.Window || lim.Mode != e.lim.Mode {
+		*e = memoryEntry{}
+	}
+	e.lim = lim
+	switch lim.Algorithm {
+	case FixedWindow:
+		e.kind = kindFixedWindow
+	case SlidingWindowLog:
+		e.kind = kindSlidingWindowLog
+	case SlidingWindowCounter:
+		e.kind = kindSlidingWindowCounter
+	case TokenBucket:
+		e.kind = kindTokenBucket
+	case LeakyBucket:
+		e.kind = kindLeakyMeter
+		if lim.Mode == Queue {
+			e.kind = kindLeakyQueue
+		}
+	}
+}
+
+// makeRoom drops an entry if the shard is full: the expired ones among a sample, or else the
+// sampled one closest to expiry. Go's map iteration starts at a random place, so the sample is
+// not one an attacker can aim at.
+func (sh *memoryShard) makeRoom(now int64) {
+	if len(sh.entries) < sh.maxKeys {
+		return
+	}
+	victim, victimExpiry, dropped, seen := "", int64(math.MaxInt64), false, 0
+	for k, e := range sh.entries {
+		if e.expiresAt <= now {
+			delete(sh.entries, k)
+			dropped = true
+		} else if e.expiresAt < victimExpiry {
+			victim, victimExpiry = k, e.expiresAt
+		}
+		if seen++; seen == evictionSample {
+			break
+		}
+	}
+	if !dropped {
+		delete(sh.entries, victim)
+	}
+}
+
+// Sweep drops every expired key and returns how many it dropped. Calling it now and then
+// returns the memory of keys that stopped sending before the bound forces it; it never changes
+// a decision.
+func (m *MemoryStore) Sweep(now time.Time) int {
+	nowMs, dropped := now.UnixMilli(), 0
+	for i := range m.shards {
+		sh := &m.shards[i]
+		sh.mu.Lock()
+		for k, e := range sh.entries {
+			if e.expiresAt <= nowMs {
+				delete(sh.entries, k)
+				dropped++
+			}
+		}
+		sh.mu.Unlock()
+	}
+	return dropped
+}
+
+// Len is the number of keys held, expired or not.
+func (m *MemoryStore) Len() int {
+	n := 0
+	for i := range m.shards {
+		sh := &m.shards[i]
+		sh.mu.Lock()
+		n += len(sh.entries)
+		sh.mu.Unlock()
+	}
+	return n
+}
