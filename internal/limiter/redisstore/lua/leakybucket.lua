@@ -1,0 +1,52 @@
+-- LeakyBucket: limiter.LeakyBucketState.TakeMeter, or TakeQueue when ARGV[8] is 'q'.
+-- KEYS[1] hash: v = level in scaled units (a request of cost c adds c*W, L leak per ms),
+-- l = the instant v was computed at. An absent key is an empty bucket (Level 0, Last 0).
+local st = redis.call('HMGET', KEYS[1], 'v', 'l')
+local existed = st[1] ~= false
+local level = tonumber(st[1]) or 0
+local last = tonumber(st[2]) or 0
+local full = cap * W -- <= 8.64e15
+
+-- leak
+level = math.min(level, full) -- capacity was lowered
+if now > last then -- else the clock went back: no leak
+  local dt = now - last
+  if dt >= cdiv(level, L) then
+    level = 0 -- never forms dt*L for a large dt
+  else
+    level = level - dt * L -- dt*L < level
+  end
+  last = now
+end
+
+local allowed, retry, reason, delay, remaining = 0, 0, 0, 0, 0
+if ARGV[8] == 'q' then
+  -- Queue
+  local d = cdiv(level, L)
+  if c > cap then
+    retry, reason = -1, 2
+  elseif level <= full - c * W and d <= M then
+    level = level + c * W
+    allowed, delay = 1, d
+  else
+    reason = 1
+    if level <= full - c * W then reason = 3 end
+    retry = cdiv(level - math.min(full - c * W, M * L), L) -- M*L <= 8.64e15
+  end
+  local t1 = math.min(full - W, M * L)
+  if level <= t1 then remaining = fdiv(t1 - level, W) + 1 end
+else
+  -- Meter
+  if c > cap then
+    retry, reason = -1, 2
+  elseif level <= full - c * W then -- level + c*W <= full, kept below 2^53
+    level = level + c * W
+    allowed = 1
+  else
+    retry, reason = cdiv(level - (full - c * W), L), 1
+  end
+  remaining = fdiv(full - level, W)
+end
+local reset = cdiv(level, L)
+save(existed, reset, 'v', level, 'l', last)
+return {allowed, remaining, reset, retry, delay, reason}

@@ -1,0 +1,311 @@
+// Package redisstore is a limiter.Store kept in Redis, so that every replica of a service shares
+// one limit per key.
+//
+// Each decision is one round trip: EVALSHA of the algorithm's Lua script, which reads the key's
+// state, applies the same integer transition as package limiter (ported formula for formula; a
+// differential test against limiter.MemoryStore keeps them equal) and writes the state back with
+// a TTL. By default the script takes the time from Redis (TIME), so every client shares one
+// clock however far apart their own clocks are.
+//
+// # Key layout
+//
+// A limiter key k under Limit lim is stored in
+//
+//	<prefix>:{<h>}:<alg><schema>:<W>[:<part>]
+//
+// where h is the first 16 bytes of SHA-256(k) in hex (32 characters), alg is fw, swl, swc, tb,
+// lbm or lbq (LeakyBucket Meter and Queue), schema is the version of the script's state layout
+// (1), and W is the window in milliseconds. Consequences:
+//
+//   - The braces make h the Redis Cluster hash tag: all keys of one limiter are in one slot, as a
+//     script needs. Client input only reaches Redis hashed, so ':', braces, newlines or a
+//     megabyte of key cannot inject into, or collide with, another limiter's keys, and a key is at
+//     most len(prefix) + 52 bytes long.
+//   - A policy edit that changes the algorithm, the window or the leaky mode moves the limiter to
+//     new keys (the old ones expire): the state's units depend on them. Edits of the limit, burst
+//     or maxDelay keep the state, whose transitions clamp it to the new capacity. This is how
+//     limiter.MemoryStore treats edits too, with one difference: switching a key back to its
+//     previous algorithm or window within the old state's TTL finds the old state.
+//
+// The state per algorithm, each key with a TTL (see below):
+//
+//	fw   hash  w = window index, n = units admitted in it
+//	swc  hash  w = window index, p = units in window w-1, n = units in window w
+//	tb   hash  t = tokens in scaled units, l = instant of t (ms); an absent key is a full bucket
+//	lbm  hash  v = level in scaled units, l = instant of v (ms); an absent key is empty
+//	lbq  hash  as lbm
+//	swl  list  T1, c1, T2, c2, ... (admitted units per instant, oldest first), plus
+//	     <key>:s, a string with the sum of the c's
+//
+// Memory per key, as measured by MEMORY USAGE on Redis 7 (TestMemoryPerKey prints it), is
+// about 90 bytes for the hashes and grows by a few bytes per log entry for swl.
+//
+// # Expiry
+//
+// Every write sets a TTL (PEXPIRE): with server time, the decision's ResetAfter, after which the
+// state is equivalent to an absent key; a state equivalent to an absent key is deleted rather
+// than written. With explicit time (Options.ServerTime false) the instants are the caller's,
+// unrelated to Redis's expiry clock, so TTLs are at least ExplicitTimeMinTTL.
+//
+// # Arithmetic
+//
+// Lua numbers are doubles. Validate's bounds (limiter.MaxLimit, MaxWindow, MaxNowMs) keep every
+// value the scripts form below 2^53, where doubles hold integers exactly, floor(a/b) of integers
+// is exact, and redis.call formats numbers as exact integers ("%.17g"). The scripts' comments
+// name the largest value of each formula.
+package redisstore
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/sluice-dev/sluice/internal/limiter"
+)
+
+// Defaults for Options.
+const (
+	DefaultPrefix  = "sluice"
+	DefaultTimeout = 50 * time.Millisecond
+)
+
+// ExplicitTimeMinTTL is the shortest TTL a key gets when Options.ServerTime is false. The
+// instants then come from the caller (a test, the simulator) and need not advance with Redis's
+// clock, which expires keys; this keeps state alive for the length of a test or simulation.
+const ExplicitTimeMinTTL = 10 * time.Minute
+
+// maxPrefixLen bounds Options.Prefix, so keys stay short.
+const maxPrefixLen = 64
+
+// schema is the version of the scripts' state layout, part of every key: a release that changes
+// the layout bumps it, so it never reads state written by another layout.
+const schema = "1"
+
+// Options configures a Store. The zero value takes the decision time from the caller; production
+// wants ServerTime, see DefaultOptions.
+type Options struct {
+	// Prefix starts every key, e.g. to share a Redis with other programs; empty means
+	// DefaultPrefix. At most 64 bytes, without braces, spaces or control characters.
+	Prefix string
+	// Timeout is the budget of one Take, applied with context.WithTimeout on top of the
+	// caller's context; zero means DefaultTimeout. It bounds how long a request waits on a
+	// slow or unreachable Redis before the caller falls back. The client must honour context
+	// deadlines (ContextTimeoutEnabled; NewClientFromURL sets it).
+	Timeout time.Duration
+	// ServerTime makes the scripts read the time from Redis (TIME) and ignore Take's now:
+	// clients whose clocks disagree then share one limit exactly. When false, Take's now is the
+	// decision time, as for limiter.MemoryStore: for tests and the simulator, which replay
+	// instants.
+	ServerTime bool
+}
+
+// DefaultOptions are the production options: DefaultPrefix, DefaultTimeout and ServerTime.
+func DefaultOptions() Options {
+	return Options{Prefix: DefaultPrefix, Timeout: DefaultTimeout, ServerTime: true}
+}
+
+// Validate reports whether the options can be used.
+func (o Options) Validate() error {
+	if len(o.Prefix) > maxPrefixLen {
+		return fmt.Errorf("redisstore: prefix is %d bytes, more than %d", len(o.Prefix), maxPrefixLen)
+	}
+	for _, r := range o.Prefix {
+		if r == '{' || r == '}' || r <= ' ' || r == 0x7f {
+			return fmt.Errorf("redisstore: prefix %q contains %q; braces would change the cluster hash tag", o.Prefix, r)
+		}
+	}
+	if o.Timeout < 0 {
+		return fmt.Errorf("redisstore: negative timeout %s", o.Timeout)
+	}
+	return nil
+}
+
+// Store is a limiter.Store in Redis. It is safe for concurrent use.
+type Store struct {
+	client     redis.UniversalClient
+	prefix     string
+	timeout    time.Duration
+	serverTime bool
+}
+
+var _ limiter.Store = (*Store)(nil)
+
+// New returns a Store deciding with client, which it does not own (close it yourself). It
+// panics if opts fail Validate, a programming error; check options from configuration with
+// Validate first.
+func New(client redis.UniversalClient, opts Options) *Store {
+	if err := opts.Validate(); err != nil {
+		panic(err)
+	}
+	s := &Store{client: client, prefix: opts.Prefix, timeout: opts.Timeout, serverTime: opts.ServerTime}
+	if s.prefix == "" {
+		s.prefix = DefaultPrefix
+	}
+	if s.timeout == 0 {
+		s.timeout = DefaultTimeout
+	}
+	return s
+}
+
+// Take implements limiter.Store: it decides whether n units fit under lim for key and records
+// them when they do, in one script call.
+//
+// With ServerTime, now is ignored; otherwise it is the decision time, truncated to the
+// millisecond, and must lie between the Unix epoch and limiter.MaxNowMs (else the error wraps
+// limiter.ErrInvalidTime). An invalid lim or n < 1 gives an error wrapping
+// limiter.ErrInvalidLimit. A Redis failure, including running past Options.Timeout, gives an
+// *Error, which matches ErrUnavailable (and ErrTimeout for timeouts) under errors.Is.
+func (s *Store) Take(ctx context.Context, key string, lim limiter.Limit, n int64, now time.Time) (limiter.Result, error) {
+	nowArg := ""
+	if !s.serverTime {
+		nowMs := now.UnixMilli()
+		if nowMs < 0 || nowMs > limiter.MaxNowMs {
+			return limiter.Result{}, fmt.Errorf("%w: %s is outside the Unix epoch .. %d ms", limiter.ErrInvalidTime, now, limiter.MaxNowMs)
+		}
+		nowArg = strconv.FormatInt(nowMs, 10)
+	}
+	if n < 1 {
+		return limiter.Result{}, fmt.Errorf("%w: cost %d is below 1", limiter.ErrInvalidLimit, n)
+	}
+	if err := lim.Validate(); err != nil {
+		return limiter.Result{}, fmt.Errorf("%w: %w", limiter.ErrInvalidLimit, err)
+	}
+	capacity := lim.Capacity()
+	var minTTL int64
+	if !s.serverTime {
+		minTTL = ExplicitTimeMinTTL.Milliseconds()
+	}
+	mode := "m"
+	if lim.Mode == limiter.Queue {
+		mode = "q"
+	}
+
+	ctx, cancel := context.WithTimeout(ctx, s.timeout)
+	defer cancel()
+	start := time.Now()
+	vals, err := scriptFor(lim).Run(ctx, s.client, s.Keys(key, lim),
+		nowArg, lim.Limit, lim.WindowMs(), capacity, n, minTTL, lim.MaxDelay.Milliseconds(), mode,
+	).Int64Slice()
+	if err != nil {
+		return limiter.Result{}, s.wrap(ctx, err, time.Since(start))
+	}
+	if len(vals) != 6 {
+		return limiter.Result{}, &Error{Err: fmt.Errorf("script returned %d values, want 6", len(vals))}
+	}
+	r := limiter.Result{
+		Allowed:    vals[0] == 1,
+		Limit:      capacity,
+		Remaining:  vals[1],
+		ResetAfter: limiter.DurationFromMs(vals[2]),
+		RetryAfter: limiter.DurationFromMs(vals[3]),
+		Delay:      limiter.DurationFromMs(vals[4]),
+		Reason:     reasons[vals[5]],
+	}
+	if vals[3] < 0 {
+		r.RetryAfter = limiter.NeverRetry
+	}
+	return r, nil
+}
+
+// reasons maps the scripts' reason codes to limiter.Reason.
+var reasons = map[int64]limiter.Reason{
+	0: "",
+	1: limiter.ReasonLimited,
+	2: limiter.ReasonCostExceedsCapacity,
+	3: limiter.ReasonDelayTooLong,
+}
+
+// Keys returns the Redis keys that hold key's state under lim, the script's KEYS: for
+// inspecting state (MEMORY USAGE, TTL) and in tests. See the package comment for the layout.
+func (s *Store) Keys(key string, lim limiter.Limit) []string {
+	sum := sha256.Sum256([]byte(key))
+	var b strings.Builder
+	b.Grow(len(s.prefix) + 56)
+	b.WriteString(s.prefix)
+	b.WriteString(":{")
+	b.WriteString(hex.EncodeToString(sum[:16]))
+	b.WriteString("}:")
+	b.WriteString(algTag(lim))
+	b.WriteString(schema)
+	b.WriteByte(':')
+	b.WriteString(strconv.FormatInt(lim.WindowMs(), 10))
+	base := b.String()
+	if lim.Algorithm == limiter.SlidingWindowLog {
+		return []string{base, base + ":s"}
+	}
+	return []string{base}
+}
+
+func algTag(lim limiter.Limit) string {
+	switch lim.Algorithm {
+	case limiter.FixedWindow:
+		return "fw"
+	case limiter.SlidingWindowLog:
+		return "swl"
+	case limiter.SlidingWindowCounter:
+		return "swc"
+	case limiter.TokenBucket:
+		return "tb"
+	default: // LeakyBucket; Validate admits nothing else
+		if lim.Mode == limiter.Queue {
+			return "lbq"
+		}
+		return "lbm"
+	}
+}
+
+// ErrUnavailable matches (errors.Is) every error of a Take that Redis could not answer: the
+// server is down, unreachable, paused, too slow for Options.Timeout, out of memory, or replied
+// with an error. A caller falls back on it (e.g. to a local store).
+var ErrUnavailable = errors.New("redis unavailable")
+
+// ErrTimeout matches the subset of ErrUnavailable where the call ran out of time (Options.Timeout
+// or the caller's deadline) rather than failing outright.
+var ErrTimeout = errors.New("redis timed out")
+
+// Error is a failed Take against Redis. errors.Is(err, ErrUnavailable) holds for every *Error,
+// errors.Is(err, ErrTimeout) when Timeout is set, and errors.Is/As also see the underlying
+// go-redis or network error.
+type Error struct {
+	// Timeout says the call ran out of time rather than failing outright.
+	Timeout bool
+	// Elapsed is how long the call took before it failed.
+	Elapsed time.Duration
+	// Err is the underlying error.
+	Err error
+}
+
+func (e *Error) Error() string {
+	kind := "unavailable"
+	if e.Timeout {
+		kind = "timed out"
+	}
+	return fmt.Sprintf("redisstore: redis %s after %s: %v", kind, e.Elapsed.Round(time.Microsecond), e.Err)
+}
+
+func (e *Error) Unwrap() error { return e.Err }
+
+// Is matches ErrUnavailable always and ErrTimeout for timeouts.
+func (e *Error) Is(target error) bool {
+	return target == ErrUnavailable || (target == ErrTimeout && e.Timeout)
+}
+
+// wrap classifies err from a script call made with ctx (already carrying the budget). A caller
+// who canceled its own context gets the context's error back unwrapped by *Error: that is not
+// Redis failing.
+func (s *Store) wrap(ctx context.Context, err error, elapsed time.Duration) error {
+	if errors.Is(err, context.Canceled) && ctx.Err() == context.Canceled {
+		return fmt.Errorf("redisstore: %w", err)
+	}
+	var ne interface{ Timeout() bool }
+	timeout := errors.Is(err, context.DeadlineExceeded) || ctx.Err() == context.DeadlineExceeded ||
+		(errors.As(err, &ne) && ne.Timeout())
+	return &Error{Timeout: timeout, Elapsed: elapsed, Err: err}
+}

@@ -1,0 +1,89 @@
+package redisstore
+
+import (
+	"fmt"
+	"net/url"
+	"strings"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// NewClientFromURL returns a go-redis client for a URL of one of these forms:
+//
+//	redis://[user:password@]host:port[/db][?option=value...]           one server
+//	rediss://...                                                       the same over TLS
+//	redis+cluster://[user:password@]host:port[?addr=host:port...]      Redis Cluster; the host
+//	rediss+cluster://...                                               and each addr are seeds
+//	redis+sentinel://[user:password@]host:port[/db]?master_name=NAME[&addr=host:port...]
+//	rediss+sentinel://...                                              Sentinel; the host and
+//	                                                                   each addr are sentinels
+//
+// The options are go-redis's URL options (ParseURL, ParseClusterURL, ParseFailoverURL: e.g.
+// dial_timeout, pool_size, password for the data nodes behind Sentinel); an unknown option is an
+// error. Two defaults differ from go-redis's, for a rate limiter:
+//
+//   - context deadlines are honoured (ContextTimeoutEnabled), so Options.Timeout bounds a call
+//     even when Redis hangs;
+//   - commands are not retried (max_retries=-1) unless the URL sets max_retries: a script whose
+//     reply was lost may have run, and running it again would count the request twice; the
+//     caller's fallback handles the failure instead.
+//
+// The caller owns the client and closes it.
+func NewClientFromURL(rawURL string) (redis.UniversalClient, error) {
+	u, err := url.Parse(rawURL)
+	if err != nil {
+		return nil, fmt.Errorf("redisstore: parsing redis URL: %w", redactErr(err))
+	}
+	base, topology, _ := strings.Cut(u.Scheme, "+")
+	if base != "redis" && base != "rediss" {
+		return nil, fmt.Errorf("redisstore: redis URL scheme %q is not redis, rediss, redis+cluster, rediss+cluster, redis+sentinel or rediss+sentinel", u.Scheme)
+	}
+	retriesSet := u.Query().Has("max_retries")
+	plain := *u
+	plain.Scheme = base
+	switch topology {
+	case "":
+		o, err := redis.ParseURL(plain.String())
+		if err != nil {
+			return nil, fmt.Errorf("redisstore: %w", err)
+		}
+		o.ContextTimeoutEnabled = true
+		if !retriesSet {
+			o.MaxRetries = -1
+		}
+		return redis.NewClient(o), nil
+	case "cluster":
+		o, err := redis.ParseClusterURL(plain.String())
+		if err != nil {
+			return nil, fmt.Errorf("redisstore: %w", err)
+		}
+		o.ContextTimeoutEnabled = true
+		if !retriesSet {
+			o.MaxRetries = -1
+		}
+		return redis.NewClusterClient(o), nil
+	case "sentinel":
+		o, err := redis.ParseFailoverURL(plain.String())
+		if err != nil {
+			return nil, fmt.Errorf("redisstore: %w", err)
+		}
+		if o.MasterName == "" {
+			return nil, fmt.Errorf("redisstore: a %s URL needs ?master_name=", u.Scheme)
+		}
+		o.ContextTimeoutEnabled = true
+		if !retriesSet {
+			o.MaxRetries = -1
+		}
+		return redis.NewFailoverClient(o), nil
+	default:
+		return nil, fmt.Errorf("redisstore: redis URL scheme %q: unknown topology %q, want cluster or sentinel", u.Scheme, topology)
+	}
+}
+
+// redactErr drops the URL from a url.Error, which may contain a password.
+func redactErr(err error) error {
+	if ue, ok := err.(*url.Error); ok {
+		return ue.Err
+	}
+	return err
+}
