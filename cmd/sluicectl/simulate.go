@@ -1,0 +1,151 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/sluice-dev/sluice/internal/limiter"
+)
+
+const simulateUsage = `usage: sluicectl simulate --algorithm ALG --limit N --window D [--burst N]
+         [--mode Meter|Queue] [--max-delay D] [--cost N] [--store memory] [--summary] < arrivals
+
+Replays arrivals, one per line in ms since the Unix epoch (non-decreasing; blank lines are
+ignored), through one key of a limiter, and prints "<ms> allow", "<ms> allow delay=<ms>"
+(LeakyBucket Queue) or "<ms> deny" for each, then "allowed=N denied=M".
+`
+
+// simulateKey is the one key the simulation uses.
+const simulateKey = "simulate"
+
+// runSimulate implements `sluicectl simulate` and returns the exit code: 0 on success, 1 when the
+// input is bad or the store fails, 2 for a usage error.
+func runSimulate(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
+	fs := flag.NewFlagSet("simulate", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	fs.Usage = func() {
+		fmt.Fprint(stderr, simulateUsage, "\nflags:\n")
+		fs.PrintDefaults()
+	}
+	algorithm := fs.String("algorithm", "", "FixedWindow, SlidingWindowLog, SlidingWindowCounter, TokenBucket or LeakyBucket")
+	limit := fs.Int64("limit", 0, "units admitted per window (the rate, for the buckets)")
+	window := fs.Duration("window", 0, "the window, a whole number of ms (e.g. 1s, 60s, 250ms)")
+	burst := fs.Int64("burst", 0, "bucket capacity for TokenBucket and LeakyBucket (default the limit)")
+	mode := fs.String("mode", "", "LeakyBucket mode: Meter (default) or Queue")
+	maxDelay := fs.Duration("max-delay", 0, "longest wait of a LeakyBucket Queue request")
+	cost := fs.Int64("cost", 1, "units each arrival takes")
+	storeName := fs.String("store", "memory", "store to run the limiter on: memory")
+	summary := fs.Bool("summary", false, "print only the allowed=N denied=M line")
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return 0
+		}
+		return 2
+	}
+	if fs.NArg() > 0 {
+		fmt.Fprintf(stderr, "sluicectl simulate: unexpected argument %q\n", fs.Arg(0))
+		fs.Usage()
+		return 2
+	}
+	lim := limiter.Limit{
+		Algorithm: limiter.Algorithm(*algorithm),
+		Limit:     *limit,
+		Window:    *window,
+		Burst:     *burst,
+		Mode:      limiter.LeakyMode(*mode),
+		MaxDelay:  *maxDelay,
+	}
+	if err := lim.Validate(); err != nil {
+		fmt.Fprintf(stderr, "sluicectl simulate: %v\n", err)
+		return 2
+	}
+	if *cost < 1 {
+		fmt.Fprintf(stderr, "sluicectl simulate: cost %d is below 1\n", *cost)
+		return 2
+	}
+	store, closeStore, err := openStore(*storeName)
+	if err != nil {
+		fmt.Fprintf(stderr, "sluicectl simulate: %v\n", err)
+		return 2
+	}
+	defer closeStore()
+
+	out := bufio.NewWriter(stdout)
+	defer out.Flush()
+	queue := lim.Algorithm == limiter.LeakyBucket && lim.Mode == limiter.Queue
+	ctx := context.Background()
+	allowed, denied := 0, 0
+	prev := int64(-1)
+	in := bufio.NewScanner(stdin)
+	for line := 1; in.Scan(); line++ {
+		text := strings.TrimSpace(in.Text())
+		if text == "" {
+			continue
+		}
+		at, err := strconv.ParseInt(text, 10, 64)
+		switch {
+		case err != nil:
+			return failInput(out, stderr, "line %d: %q is not a whole number of ms since the Unix epoch", line, text)
+		case at < 0 || at > limiter.MaxNowMs:
+			return failInput(out, stderr, "line %d: %d is outside 0..%d ms since the Unix epoch", line, at, limiter.MaxNowMs)
+		case at < prev:
+			return failInput(out, stderr, "line %d: %d is before the arrival before it (%d); arrivals must not decrease", line, at, prev)
+		}
+		prev = at
+		r, err := store.Take(ctx, simulateKey, lim, *cost, time.UnixMilli(at))
+		if err != nil {
+			return failInput(out, stderr, "line %d: %v", line, err)
+		}
+		if r.Allowed {
+			allowed++
+		} else {
+			denied++
+		}
+		if *summary {
+			continue
+		}
+		switch {
+		case !r.Allowed:
+			fmt.Fprintf(out, "%d deny\n", at)
+		case queue:
+			fmt.Fprintf(out, "%d allow delay=%d\n", at, r.Delay.Milliseconds())
+		default:
+			fmt.Fprintf(out, "%d allow\n", at)
+		}
+	}
+	if err := in.Err(); err != nil {
+		return failInput(out, stderr, "reading arrivals: %v", err)
+	}
+	fmt.Fprintf(out, "allowed=%d denied=%d\n", allowed, denied)
+	if err := out.Flush(); err != nil {
+		fmt.Fprintf(stderr, "sluicectl simulate: %v\n", err)
+		return 1
+	}
+	return 0
+}
+
+// failInput flushes the decisions printed so far, reports a bad input and returns exit code 1.
+func failInput(out *bufio.Writer, stderr io.Writer, format string, args ...any) int {
+	out.Flush()
+	fmt.Fprintf(stderr, "sluicectl simulate: "+format+"\n", args...)
+	return 1
+}
+
+// openStore returns the named store and a function that releases it. The simulation runs on
+// the same store code as the sidecar: "memory" is the sidecar's local fallback. A store that
+// needs more configuration (a Redis URL) gets it from a flag passed in here.
+func openStore(name string) (limiter.Store, func(), error) {
+	switch name {
+	case "memory":
+		return limiter.NewMemoryStore(limiter.MemoryStoreOptions{}), func() {}, nil
+	default:
+		return nil, nil, fmt.Errorf("unknown store %q (want memory)", name)
+	}
+}
