@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Prints a directory that holds kube-apiserver and etcd for envtest, providing them on the way.
+# Prints a directory that holds kube-apiserver, etcd and kubectl for envtest, providing them on the way.
 #
 # Order: $KUBEBUILDER_ASSETS when it holds both binaries; the cache (outside the clone, so CI and
 # later runs reuse it); a setup-envtest download; a build from source through the Go module proxy
@@ -15,7 +15,7 @@ platform="$(go env GOOS)-$(go env GOARCH)"
 cache="$cache_root/envtest/k8s-$K8S_VERSION-$platform"
 
 say() { echo "envtest: $*" >&2; }
-complete() { [ -x "$1/kube-apiserver" ] && [ -x "$1/etcd" ]; }
+complete() { [ -x "$1/kube-apiserver" ] && [ -x "$1/etcd" ] && [ -x "$1/kubectl" ]; }
 
 if [ -n "${KUBEBUILDER_ASSETS:-}" ] && complete "$KUBEBUILDER_ASSETS"; then
   echo "$KUBEBUILDER_ASSETS"; exit 0
@@ -41,7 +41,7 @@ if [ -x "$setup" ]; then
   say "download failed; building from source instead"
 fi
 
-say "building kube-apiserver v$K8S_VERSION and etcd v$ETCD_VERSION from source (once; ~5 min, cached in $cache)"
+say "building kube-apiserver, kubectl v$K8S_VERSION and etcd v$ETCD_VERSION from source (once; ~5 min, cached in $cache)"
 src="$cache_root/envtest/src"
 mkdir -p "$src/kube" "$src/etcd" "$cache.tmp"
 
@@ -56,18 +56,24 @@ mkdir -p "$src/kube" "$src/etcd" "$cache.tmp"
     for m in $(awk '$2 == "=>" && $3 ~ /^\.\/staging/ {print $1}' "$gomod"); do
       go mod edit -replace="$m=$m@$staging"
     done
-    cat > tools.go <<'GO'
+  fi
+  cat > tools.go <<'GO'
 //go:build tools
 
 package tools
 
-import _ "k8s.io/kubernetes/cmd/kube-apiserver"
+import (
+	_ "k8s.io/kubernetes/cmd/kube-apiserver"
+	_ "k8s.io/kubernetes/cmd/kubectl"
+)
 GO
-  fi
   GOFLAGS=-mod=mod go mod tidy >&2 2>&1 || true
   say "go build kube-apiserver"
   GOFLAGS=-mod=mod go build -ldflags "-X k8s.io/component-base/version.gitVersion=v$K8S_VERSION" \
     -o "$cache.tmp/kube-apiserver" k8s.io/kubernetes/cmd/kube-apiserver >&2
+  say "go build kubectl"
+  GOFLAGS=-mod=mod go build -ldflags "-X k8s.io/component-base/version.gitVersion=v$K8S_VERSION" \
+    -o "$cache.tmp/kubectl" k8s.io/kubernetes/cmd/kubectl >&2
 )
 (
   cd "$src/etcd"

@@ -1,0 +1,20 @@
+// Package v1alpha1 contains the API types of the sluice.dev v1alpha1 API group.
+// +kubebuilder:object:generate=true
+// +groupName=sluice.dev
+package v1alpha1
+
+import (
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"sigs.k8s.io/controller-runtime/pkg/scheme"
+)
+
+var (
+	// GroupVersion is the group and version of the objects in this package.
+	GroupVersion = schema.GroupVersion{Group: "sluice.dev", Version: "v1alpha1"}
+
+	// SchemeBuilder registers the types of this package with a scheme.
+	SchemeBuilder = &scheme.Builder{GroupVersion: GroupVersion}
+
+	// AddToScheme adds the types of this package to a scheme.
+	AddToScheme = SchemeBuilder.AddToScheme
+)

@@ -1,0 +1,390 @@
+package v1alpha1
+
+import (
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+)
+
+// Algorithm is the rate-limiting algorithm of a rule.
+// +kubebuilder:validation:Enum=FixedWindow;SlidingWindowLog;SlidingWindowCounter;TokenBucket;LeakyBucket
+type Algorithm string
+
+// The algorithms.
+const (
+	FixedWindow          Algorithm = "FixedWindow"
+	SlidingWindowLog     Algorithm = "SlidingWindowLog"
+	SlidingWindowCounter Algorithm = "SlidingWindowCounter"
+	TokenBucket          Algorithm = "TokenBucket"
+	LeakyBucket          Algorithm = "LeakyBucket"
+)
+
+// FailureMode is what a sidecar does while Redis is unreachable.
+// +kubebuilder:validation:Enum=Local;Open;Closed
+type FailureMode string
+
+// The failure modes.
+const (
+	// FailureLocal decides with an in-process limiter holding this pod's share of each limit.
+	FailureLocal FailureMode = "Local"
+	// FailureOpen admits every request.
+	FailureOpen FailureMode = "Open"
+	// FailureClosed rejects every request with 503.
+	FailureClosed FailureMode = "Closed"
+)
+
+// HeaderStyle selects the rate-limit headers a sidecar adds to responses.
+// +kubebuilder:validation:Enum=Draft;Legacy;Both;None
+type HeaderStyle string
+
+// The header styles.
+const (
+	HeadersDraft  HeaderStyle = "Draft"
+	HeadersLegacy HeaderStyle = "Legacy"
+	HeadersBoth   HeaderStyle = "Both"
+	HeadersNone   HeaderStyle = "None"
+)
+
+// RuleMode says whether a rule rejects requests or only counts them.
+// +kubebuilder:validation:Enum=Enforce;Shadow
+type RuleMode string
+
+// The rule modes.
+const (
+	Enforce RuleMode = "Enforce"
+	Shadow  RuleMode = "Shadow"
+)
+
+// LeakyBucketMode is what LeakyBucket does with a request that finds the bucket non-empty.
+// +kubebuilder:validation:Enum=Meter;Queue
+type LeakyBucketMode string
+
+// The leaky bucket modes.
+const (
+	Meter LeakyBucketMode = "Meter"
+	Queue LeakyBucketMode = "Queue"
+)
+
+// HTTPMethod is an HTTP request method.
+// +kubebuilder:validation:Enum=GET;HEAD;POST;PUT;PATCH;DELETE;OPTIONS;CONNECT;TRACE
+type HTTPMethod string
+
+// HeaderName is an HTTP header field name (an RFC 9110 token).
+// +kubebuilder:validation:MinLength=1
+// +kubebuilder:validation:MaxLength=256
+// +kubebuilder:validation:XValidation:rule="self.matches(\"^[-A-Za-z0-9!#$%&'*+.^_|~]+$\")",message="must be an HTTP header name: letters, digits and !#$%&'*+-.^_|~"
+type HeaderName string
+
+// CIDR is an IPv4 or IPv6 network in CIDR notation.
+// +kubebuilder:validation:MaxLength=43
+// +kubebuilder:validation:XValidation:rule="isCIDR(self)",message="must be a CIDR such as 10.0.0.0/8 or fd00::/8 (use /32 or /128 for one address)"
+type CIDR string
+
+// Window is a duration in whole milliseconds between 1ms and 24h, written as a Go duration.
+// +kubebuilder:validation:MaxLength=32
+// +kubebuilder:validation:XValidation:rule="self.matches('^([0-9]+(ms|s|m|h))+$') && duration(self) >= duration('1ms') && duration(self) <= duration('24h')",message="must be a duration in whole milliseconds from 1ms to 24h, such as 500ms, 1s, 1m or 1h30m"
+type Window string
+
+// Delay is a duration in whole milliseconds between 0 and 24h, written as a Go duration.
+// +kubebuilder:validation:MaxLength=32
+// +kubebuilder:validation:XValidation:rule="self.matches('^([0-9]+(ms|s|m|h))+$') && duration(self) <= duration('24h')",message="must be a duration in whole milliseconds from 0s to 24h, such as 0s, 250ms or 2s"
+type Delay string
+
+// RateLimitPolicySpec is what a user declares: which pods, which requests, which limits.
+type RateLimitPolicySpec struct {
+	// podSelector selects the pods of this namespace whose injected sidecars enforce this policy.
+	// An empty selector ({}) selects every pod of the namespace.
+	// +required
+	PodSelector metav1.LabelSelector `json:"podSelector"`
+
+	// failureMode is what a sidecar does while Redis is unreachable: Local (the default) decides
+	// with an in-process limiter that holds this pod's share of each limit (the limit divided by
+	// the number of ready pods the policy selects), Open admits every request, Closed rejects
+	// every request with 503.
+	// +optional
+	// +kubebuilder:default=Local
+	FailureMode FailureMode `json:"failureMode,omitempty"`
+
+	// trustedProxies lists the networks of proxies whose X-Forwarded-For header is believed.
+	// A request from any other peer is keyed by its TCP peer address, whatever it claims.
+	// +optional
+	// +listType=set
+	// +kubebuilder:validation:MaxItems=32
+	TrustedProxies []CIDR `json:"trustedProxies,omitempty"`
+
+	// response shapes the answer to a limited request and the headers of every answer.
+	// +optional
+	// +kubebuilder:default={}
+	Response *ResponseSpec `json:"response,omitempty"`
+
+	// rules are the limits of this policy. A request is limited when any enforced rule that
+	// matches it denies it. Rule names are unique within the policy.
+	// +required
+	// +listType=map
+	// +listMapKey=name
+	// +kubebuilder:validation:MinItems=1
+	// +kubebuilder:validation:MaxItems=64
+	Rules []Rule `json:"rules"`
+}
+
+// ResponseSpec shapes a sidecar's responses.
+type ResponseSpec struct {
+	// statusCode is the HTTP status of a limited request, 400 to 599; 429 by default.
+	// +optional
+	// +kubebuilder:default=429
+	// +kubebuilder:validation:Minimum=400
+	// +kubebuilder:validation:Maximum=599
+	StatusCode int32 `json:"statusCode,omitempty"`
+
+	// headers selects the rate-limit headers added to responses: Draft (the IETF
+	// RateLimit-Policy and RateLimit fields), Legacy (X-RateLimit-Limit, -Remaining, -Reset),
+	// Both (the default) or None. Limited responses carry Retry-After in every style.
+	// +optional
+	// +kubebuilder:default=Both
+	Headers HeaderStyle `json:"headers,omitempty"`
+}
+
+// Rule is one limit: which requests it counts, how it keys them, and how many it admits.
+// +kubebuilder:validation:XValidation:rule="!has(self.burst) || self.algorithm in ['TokenBucket', 'LeakyBucket']",message="burst applies only to TokenBucket and LeakyBucket; the window algorithms admit limit per window",fieldPath=".burst"
+// +kubebuilder:validation:XValidation:rule="!has(self.leakyBucket) || self.algorithm == 'LeakyBucket'",message="leakyBucket applies only to algorithm LeakyBucket",fieldPath=".leakyBucket"
+// +kubebuilder:validation:XValidation:rule="self.algorithm != 'SlidingWindowLog' || self.limit <= 10000",message="limit must be at most 10000 for SlidingWindowLog, which stores one timestamp per admitted request; use SlidingWindowCounter for larger limits",fieldPath=".limit"
+// +kubebuilder:validation:XValidation:rule="!has(self.cost) || self.cost <= (has(self.burst) ? self.burst : self.limit)",message="cost must not exceed burst (or limit when burst is unset): such a request could never pass",fieldPath=".cost"
+type Rule struct {
+	// name identifies the rule in metrics, logs and the 429 body; unique within the policy.
+	// A DNS label: lower-case letters, digits and '-', at most 63 characters.
+	// +required
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=63
+	// +kubebuilder:validation:XValidation:rule="self.matches('^[a-z0-9]([-a-z0-9]*[a-z0-9])?$')",message="must be a DNS label: lower-case letters, digits and '-', starting and ending with a letter or digit"
+	Name string `json:"name"`
+
+	// match selects the requests this rule counts; every request when omitted.
+	// All given conditions must hold.
+	// +optional
+	Match *RuleMatch `json:"match,omitempty"`
+
+	// key lists the parts whose values, joined, name the counter a request is charged to,
+	// e.g. [{clientIP: {}}] for a limit per client, [{header: {name: X-API-Key}}] per API key.
+	// A request lacking a header or query parameter the key needs is charged to one shared
+	// "missing" counter.
+	// +required
+	// +kubebuilder:validation:MinItems=1
+	// +kubebuilder:validation:MaxItems=8
+	Key []KeyPart `json:"key"`
+
+	// algorithm is FixedWindow, SlidingWindowLog, SlidingWindowCounter, TokenBucket or
+	// LeakyBucket.
+	// +required
+	Algorithm Algorithm `json:"algorithm"`
+
+	// limit is the number of requests (cost units) admitted per window, 1 to 100000000.
+	// For TokenBucket and LeakyBucket it is the refill (leak) rate: limit per window.
+	// +required
+	// +kubebuilder:validation:Minimum=1
+	// +kubebuilder:validation:Maximum=100000000
+	Limit int64 `json:"limit"`
+
+	// window is the period limit applies to, a Go duration in whole milliseconds from 1ms to
+	// 24h (e.g. 1s, 1m, 1h).
+	// +required
+	Window Window `json:"window"`
+
+	// burst is the bucket capacity of TokenBucket and LeakyBucket, 1 to 100000000; limit by
+	// default. Only for those two algorithms.
+	// +optional
+	// +kubebuilder:validation:Minimum=1
+	// +kubebuilder:validation:Maximum=100000000
+	Burst *int64 `json:"burst,omitempty"`
+
+	// leakyBucket configures algorithm LeakyBucket: Meter (the default) rejects a request
+	// that does not fit; Queue delays it so requests leave at the leak rate.
+	// +optional
+	LeakyBucket *LeakyBucketSpec `json:"leakyBucket,omitempty"`
+
+	// cost is the number of units one request takes, 1 by default; at most burst (or limit).
+	// +optional
+	// +kubebuilder:validation:Minimum=1
+	// +kubebuilder:validation:Maximum=100000000
+	Cost *int64 `json:"cost,omitempty"`
+
+	// costHeader names a request header whose positive integer value is the request's cost;
+	// requests without a valid value cost `cost`.
+	// +optional
+	CostHeader HeaderName `json:"costHeader,omitempty"`
+
+	// mode is Enforce (the default: reject over the limit) or Shadow (count and report in
+	// metrics and headers, never reject), for trying a limit on live traffic.
+	// +optional
+	// +kubebuilder:default=Enforce
+	Mode RuleMode `json:"mode,omitempty"`
+}
+
+// LeakyBucketSpec configures algorithm LeakyBucket.
+// +kubebuilder:validation:XValidation:rule="!has(self.maxDelay) || self.mode == 'Queue'",message="maxDelay applies only to mode Queue",fieldPath=".maxDelay"
+type LeakyBucketSpec struct {
+	// mode is Meter (the default: admit when the bucket has room, else reject) or Queue
+	// (admit when the bucket has room, delaying the request so requests leave at the leak rate).
+	// +optional
+	// +kubebuilder:default=Meter
+	Mode LeakyBucketMode `json:"mode,omitempty"`
+
+	// maxDelay is the longest a Queue request waits, 0s to 24h; a request that would wait
+	// longer is rejected. 0s when unset: only requests that need not wait pass.
+	// +optional
+	MaxDelay *Delay `json:"maxDelay,omitempty"`
+}
+
+// RuleMatch selects requests. Every condition given must hold.
+type RuleMatch struct {
+	// pathPrefix matches request paths that start with it, e.g. /api/.
+	// +optional
+	// +kubebuilder:validation:MaxLength=1024
+	// +kubebuilder:validation:XValidation:rule="self.startsWith('/')",message="must start with '/'"
+	PathPrefix string `json:"pathPrefix,omitempty"`
+
+	// methods matches requests with one of these methods; any method when empty.
+	// +optional
+	// +listType=set
+	// +kubebuilder:validation:MaxItems=9
+	Methods []HTTPMethod `json:"methods,omitempty"`
+
+	// headers matches requests carrying each of these headers with exactly the given value.
+	// +optional
+	// +listType=map
+	// +listMapKey=name
+	// +kubebuilder:validation:MaxItems=16
+	Headers []HeaderMatch `json:"headers,omitempty"`
+}
+
+// HeaderMatch is a header that must have a value.
+type HeaderMatch struct {
+	// name is the header's name; matched case-insensitively.
+	// +required
+	Name HeaderName `json:"name"`
+
+	// value is the value the header must have, compared exactly.
+	// +required
+	// +kubebuilder:validation:MaxLength=1024
+	Value string `json:"value"`
+}
+
+// KeyPart is one part of a rule's key. Exactly one source is set.
+// +kubebuilder:validation:XValidation:rule="[has(self.clientIP), has(self.header), has(self.path), has(self.method), has(self.query)].filter(x, x).size() == 1",message="each key part sets exactly one of clientIP, header, path, method, query"
+type KeyPart struct {
+	// clientIP keys by the client's address: the TCP peer, or, when the peer is one of
+	// trustedProxies, the right-most untrusted address of X-Forwarded-For.
+	// +optional
+	ClientIP *ClientIPKey `json:"clientIP,omitempty"`
+
+	// header keys by the value of a request header.
+	// +optional
+	Header *HeaderKey `json:"header,omitempty"`
+
+	// path keys by the request path (without the query).
+	// +optional
+	Path *PathKey `json:"path,omitempty"`
+
+	// method keys by the request method.
+	// +optional
+	Method *MethodKey `json:"method,omitempty"`
+
+	// query keys by the value of a query parameter.
+	// +optional
+	Query *QueryKey `json:"query,omitempty"`
+}
+
+// ClientIPKey keys by client address. It has no fields yet; write {}.
+type ClientIPKey struct{}
+
+// PathKey keys by request path. It has no fields yet; write {}.
+type PathKey struct{}
+
+// MethodKey keys by request method. It has no fields yet; write {}.
+type MethodKey struct{}
+
+// HeaderKey names a request header.
+type HeaderKey struct {
+	// name is the header's name, matched case-insensitively.
+	// +required
+	Name HeaderName `json:"name"`
+}
+
+// QueryKey names a query parameter.
+type QueryKey struct {
+	// name is the query parameter's name, matched case-sensitively.
+	// +required
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=256
+	Name string `json:"name"`
+}
+
+// RateLimitPolicyStatus is what the controller observed and did.
+type RateLimitPolicyStatus struct {
+	// observedGeneration is the generation the status describes.
+	// +optional
+	ObservedGeneration int64 `json:"observedGeneration,omitempty"`
+
+	// conditions: Accepted (the policy is valid and does not conflict with another) and Ready
+	// (the policy at observedGeneration is in the namespace's ConfigMap).
+	// +optional
+	// +listType=map
+	// +listMapKey=type
+	// +kubebuilder:validation:MaxItems=8
+	Conditions []metav1.Condition `json:"conditions,omitempty"`
+
+	// configMap is the name of the ConfigMap in this namespace that holds the rendered policies.
+	// +optional
+	ConfigMap string `json:"configMap,omitempty"`
+
+	// matchedPods is the number of ready pods the podSelector matches.
+	// +optional
+	MatchedPods int32 `json:"matchedPods"`
+
+	// summary lists the rules briefly, e.g. "TokenBucket 100/1m, FixedWindow 10/1s".
+	// +optional
+	Summary string `json:"summary,omitempty"`
+}
+
+// Condition types and reasons of a RateLimitPolicy.
+const (
+	ConditionAccepted = "Accepted"
+	ConditionReady    = "Ready"
+
+	ReasonValid        = "Valid"
+	ReasonInvalid      = "Invalid"
+	ReasonRuleConflict = "RuleNameConflict"
+	ReasonRendered     = "Rendered"
+	ReasonRenderFailed = "RenderFailed"
+	ReasonNotAccepted  = "NotAccepted"
+)
+
+// RateLimitPolicy declares rate limits that the Sluice sidecars of the selected pods enforce.
+// +kubebuilder:object:root=true
+// +kubebuilder:subresource:status
+// +kubebuilder:resource:shortName=rlp,categories=sluice
+// +kubebuilder:printcolumn:name="Rules",type=string,JSONPath=`.status.summary`
+// +kubebuilder:printcolumn:name="Ready",type=string,JSONPath=`.status.conditions[?(@.type=="Ready")].status`
+// +kubebuilder:printcolumn:name="Pods",type=integer,JSONPath=`.status.matchedPods`
+// +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
+type RateLimitPolicy struct {
+	metav1.TypeMeta   `json:",inline"`
+	metav1.ObjectMeta `json:"metadata,omitempty"`
+
+	// spec is the desired rate limiting.
+	// +required
+	Spec RateLimitPolicySpec `json:"spec"`
+
+	// status is what the controller observed.
+	// +optional
+	Status RateLimitPolicyStatus `json:"status,omitempty"`
+}
+
+// RateLimitPolicyList is a list of RateLimitPolicy.
+// +kubebuilder:object:root=true
+type RateLimitPolicyList struct {
+	metav1.TypeMeta `json:",inline"`
+	metav1.ListMeta `json:"metadata,omitempty"`
+	Items           []RateLimitPolicy `json:"items"`
+}
+
+func init() {
+	SchemeBuilder.Register(&RateLimitPolicy{}, &RateLimitPolicyList{})
+}

@@ -1,0 +1,38 @@
+package controller
+
+import (
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/runtime"
+	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
+	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/cache"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/sluice-dev/sluice/api/v1alpha1"
+)
+
+// NewScheme returns a scheme with the built-in types and Sluice's API.
+func NewScheme() *runtime.Scheme {
+	s := runtime.NewScheme()
+	utilruntime.Must(clientgoscheme.AddToScheme(s))
+	utilruntime.Must(v1alpha1.AddToScheme(s))
+	return s
+}
+
+// CacheOptions limits the manager's cache to what the controller reads: ConfigMaps only when
+// they carry ManagedByLabel, so a cluster's other ConfigMaps are neither listed nor held.
+func CacheOptions() cache.Options {
+	return cache.Options{ByObject: map[client.Object]cache.ByObject{
+		&corev1.ConfigMap{}: {Label: labels.SelectorFromSet(labels.Set{ManagedByLabel: ManagedByValue})},
+	}}
+}
+
+// Setup registers the controller with a manager.
+func Setup(mgr ctrl.Manager) error {
+	return (&RateLimitPolicyReconciler{
+		Client:   mgr.GetClient(),
+		Recorder: mgr.GetEventRecorder("sluice-controller"),
+	}).SetupWithManager(mgr)
+}

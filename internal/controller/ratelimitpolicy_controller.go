@@ -1,0 +1,290 @@
+// Package controller renders each namespace's RateLimitPolicies into the ConfigMap that injected
+// sidecars mount, and reports on every policy what became of it.
+package controller
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"reflect"
+	"slices"
+	"strings"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/tools/events"
+	"k8s.io/utils/clock"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/builder"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/event"
+	"sigs.k8s.io/controller-runtime/pkg/handler"
+	logf "sigs.k8s.io/controller-runtime/pkg/log"
+	"sigs.k8s.io/controller-runtime/pkg/predicate"
+
+	"github.com/sluice-dev/sluice/api/v1alpha1"
+	"github.com/sluice-dev/sluice/internal/policy"
+)
+
+// ManagedByLabel marks the ConfigMaps the controller writes; the manager caches only those.
+const (
+	ManagedByLabel = "app.kubernetes.io/managed-by"
+	ManagedByValue = "sluice"
+)
+
+// RateLimitPolicyReconciler renders all policies of a namespace into one ConfigMap. Its
+// requests are namespaces: every event (a policy, a pod, the ConfigMap) maps to the request
+// {Namespace: ns, Name: policy.ConfigMapName}, so one reconcile sees the whole namespace.
+type RateLimitPolicyReconciler struct {
+	client.Client
+	Recorder events.EventRecorder
+	Clock    clock.PassiveClock
+}
+
+// +kubebuilder:rbac:groups=sluice.dev,resources=ratelimitpolicies,verbs=get;list;watch
+// +kubebuilder:rbac:groups=sluice.dev,resources=ratelimitpolicies/status,verbs=get;patch
+// +kubebuilder:rbac:groups="",resources=configmaps,verbs=get;list;watch;create;update;delete
+// +kubebuilder:rbac:groups="",resources=pods,verbs=get;list;watch
+// +kubebuilder:rbac:groups=events.k8s.io,resources=events,verbs=create;patch
+
+// Reconcile renders the namespace's policies, writes the ConfigMap when its content changed,
+// and patches the status of each policy whose status changed.
+func (r *RateLimitPolicyReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
+	log := logf.FromContext(ctx)
+	ns := req.Namespace
+
+	var list v1alpha1.RateLimitPolicyList
+	if err := r.List(ctx, &list, client.InNamespace(ns)); err != nil {
+		return ctrl.Result{}, err
+	}
+	var pods corev1.PodList
+	if err := r.List(ctx, &pods, client.InNamespace(ns)); err != nil {
+		return ctrl.Result{}, err
+	}
+	doc, verdicts := policy.Build(ns, list.Items, podSet(pods.Items))
+
+	changed, hash, renderErr := r.writeConfigMap(ctx, doc, list.Items)
+	if renderErr == nil && changed {
+		log.Info("Rendered policies", "namespace", ns, "configMap", policy.ConfigMapName, "policies", len(doc.Policies), "hash", hash)
+	}
+
+	var errs []error
+	if renderErr != nil {
+		errs = append(errs, renderErr)
+	}
+	for i := range list.Items {
+		p := &list.Items[i]
+		if !p.DeletionTimestamp.IsZero() {
+			continue
+		}
+		if err := r.updateStatus(ctx, p, verdicts[p.Name], hash, renderErr); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	return ctrl.Result{}, errors.Join(errs...)
+}
+
+// writeConfigMap makes the namespace's ConfigMap hold doc, owned by every live policy, and
+// deletes it when no policy is left. It writes only when something differs.
+func (r *RateLimitPolicyReconciler) writeConfigMap(ctx context.Context, doc *policy.Document, policies []v1alpha1.RateLimitPolicy) (changed bool, hash string, err error) {
+	key := types.NamespacedName{Namespace: doc.Namespace, Name: policy.ConfigMapName}
+	var current corev1.ConfigMap
+	exists := true
+	if err := r.Get(ctx, key, &current); apierrors.IsNotFound(err) {
+		exists = false
+	} else if err != nil {
+		return false, "", err
+	}
+
+	var owners []metav1.OwnerReference
+	for _, p := range policies {
+		if p.DeletionTimestamp.IsZero() {
+			owners = append(owners, metav1.OwnerReference{
+				APIVersion: v1alpha1.GroupVersion.String(), Kind: "RateLimitPolicy", Name: p.Name, UID: p.UID,
+			})
+		}
+	}
+	if len(owners) == 0 {
+		if !exists {
+			return false, "", nil
+		}
+		return true, "", client.IgnoreNotFound(r.Delete(ctx, &current))
+	}
+	slices.SortFunc(owners, func(a, b metav1.OwnerReference) int { return strings.Compare(a.Name, b.Name) })
+
+	data, err := policy.Marshal(doc)
+	if err != nil {
+		return false, "", err
+	}
+	hash = policy.Hash(data)
+	desired := current.DeepCopy()
+	desired.Namespace, desired.Name = key.Namespace, key.Name
+	if desired.Labels == nil {
+		desired.Labels = map[string]string{}
+	}
+	desired.Labels[ManagedByLabel] = ManagedByValue
+	if desired.Annotations == nil {
+		desired.Annotations = map[string]string{}
+	}
+	desired.Annotations[policy.HashAnnotation] = hash
+	desired.OwnerReferences = owners
+	desired.Data = map[string]string{policy.DataKey: string(data)}
+	desired.BinaryData = nil
+
+	switch {
+	case !exists:
+		err = r.Create(ctx, desired)
+	case reflect.DeepEqual(desired.Labels, current.Labels) && reflect.DeepEqual(desired.Annotations, current.Annotations) &&
+		reflect.DeepEqual(desired.OwnerReferences, current.OwnerReferences) && reflect.DeepEqual(desired.Data, current.Data) &&
+		current.BinaryData == nil:
+		return false, hash, nil
+	default:
+		err = r.Update(ctx, desired)
+	}
+	if err != nil {
+		return false, "", fmt.Errorf("writing ConfigMap %s: %w", key, err)
+	}
+	return true, hash, nil
+}
+
+// updateStatus sets the policy's conditions from its verdict and patches the status once, and
+// only when it changed.
+func (r *RateLimitPolicyReconciler) updateStatus(ctx context.Context, p *v1alpha1.RateLimitPolicy, v policy.Verdict, hash string, renderErr error) error {
+	before := p.DeepCopy()
+	now := metav1.NewTime(r.Clock.Now())
+	set := func(c metav1.Condition) {
+		c.ObservedGeneration = p.Generation
+		c.LastTransitionTime = now
+		meta.SetStatusCondition(&p.Status.Conditions, c)
+	}
+
+	st := &p.Status
+	st.ObservedGeneration = p.Generation
+	st.MatchedPods = v.MatchedPods
+	st.Summary = policy.Summary(p)
+	switch {
+	case v.Err != nil:
+		reason := v1alpha1.ReasonInvalid
+		if v.Conflict {
+			reason = v1alpha1.ReasonRuleConflict
+		}
+		set(metav1.Condition{Type: v1alpha1.ConditionAccepted, Status: metav1.ConditionFalse, Reason: reason, Message: v.Err.Error()})
+		set(metav1.Condition{Type: v1alpha1.ConditionReady, Status: metav1.ConditionFalse, Reason: v1alpha1.ReasonNotAccepted,
+			Message: "The policy is not rendered until it is accepted."})
+		st.ConfigMap = ""
+	case renderErr != nil:
+		set(metav1.Condition{Type: v1alpha1.ConditionAccepted, Status: metav1.ConditionTrue, Reason: v1alpha1.ReasonValid, Message: "The policy is valid."})
+		set(metav1.Condition{Type: v1alpha1.ConditionReady, Status: metav1.ConditionFalse, Reason: v1alpha1.ReasonRenderFailed, Message: renderErr.Error()})
+	default:
+		set(metav1.Condition{Type: v1alpha1.ConditionAccepted, Status: metav1.ConditionTrue, Reason: v1alpha1.ReasonValid, Message: "The policy is valid."})
+		set(metav1.Condition{Type: v1alpha1.ConditionReady, Status: metav1.ConditionTrue, Reason: v1alpha1.ReasonRendered,
+			Message: fmt.Sprintf("Rendered into ConfigMap %s (content hash %.12s).", policy.ConfigMapName, hash)})
+		st.ConfigMap = policy.ConfigMapName
+	}
+	if equalStatus(before.Status, p.Status) {
+		return nil
+	}
+	r.recordTransitions(before, p)
+	if err := r.Status().Patch(ctx, p, client.MergeFrom(before)); err != nil {
+		return client.IgnoreNotFound(err)
+	}
+	return nil
+}
+
+// recordTransitions emits an event when a condition changed status or reason, or a new
+// generation was rendered.
+func (r *RateLimitPolicyReconciler) recordTransitions(before, after *v1alpha1.RateLimitPolicy) {
+	if r.Recorder == nil {
+		return
+	}
+	for _, t := range []string{v1alpha1.ConditionAccepted, v1alpha1.ConditionReady} {
+		old, cur := meta.FindStatusCondition(before.Status.Conditions, t), meta.FindStatusCondition(after.Status.Conditions, t)
+		if cur == nil || (old != nil && old.Status == cur.Status && old.Reason == cur.Reason && old.ObservedGeneration == cur.ObservedGeneration) {
+			continue
+		}
+		if cur.Status == metav1.ConditionTrue {
+			if t == v1alpha1.ConditionReady {
+				r.Recorder.Eventf(after, nil, corev1.EventTypeNormal, cur.Reason, "Render", "Generation %d: %s", after.Generation, cur.Message)
+			}
+			continue
+		}
+		if t == v1alpha1.ConditionAccepted || cur.Reason == v1alpha1.ReasonRenderFailed {
+			r.Recorder.Eventf(after, nil, corev1.EventTypeWarning, cur.Reason, "Validate", "%s", cur.Message)
+		}
+	}
+}
+
+// equalStatus compares statuses ignoring condition transition times, which Reconcile always
+// stamps with now.
+func equalStatus(a, b v1alpha1.RateLimitPolicyStatus) bool {
+	strip := func(s v1alpha1.RateLimitPolicyStatus) v1alpha1.RateLimitPolicyStatus {
+		s.Conditions = slices.Clone(s.Conditions)
+		for i := range s.Conditions {
+			s.Conditions[i].LastTransitionTime = metav1.Time{}
+		}
+		return s
+	}
+	return reflect.DeepEqual(strip(a), strip(b))
+}
+
+// podSet answers policy.Build's questions from a namespace's pods.
+type podSet []corev1.Pod
+
+func (s podSet) Ready(sel labels.Selector) int32 {
+	var n int32
+	for i := range s {
+		if isReady(&s[i]) && sel.Matches(labels.Set(s[i].Labels)) {
+			n++
+		}
+	}
+	return n
+}
+
+func (s podSet) Shared(a, b labels.Selector) bool {
+	for i := range s {
+		if s[i].DeletionTimestamp.IsZero() && a.Matches(labels.Set(s[i].Labels)) && b.Matches(labels.Set(s[i].Labels)) {
+			return true
+		}
+	}
+	return false
+}
+
+func isReady(p *corev1.Pod) bool {
+	if !p.DeletionTimestamp.IsZero() || p.Status.Phase != corev1.PodRunning {
+		return false
+	}
+	for _, c := range p.Status.Conditions {
+		if c.Type == corev1.PodReady {
+			return c.Status == corev1.ConditionTrue
+		}
+	}
+	return false
+}
+
+// SetupWithManager watches what the rendering derives from: policies, pods (their labels and
+// readiness) and the rendered ConfigMaps, each mapped to its namespace's request.
+func (r *RateLimitPolicyReconciler) SetupWithManager(mgr ctrl.Manager) error {
+	if r.Clock == nil {
+		r.Clock = clock.RealClock{}
+	}
+	toNamespace := handler.EnqueueRequestsFromMapFunc(func(_ context.Context, o client.Object) []ctrl.Request {
+		return []ctrl.Request{{NamespacedName: types.NamespacedName{Namespace: o.GetNamespace(), Name: policy.ConfigMapName}}}
+	})
+	podChanged := predicate.Funcs{UpdateFunc: func(e event.UpdateEvent) bool {
+		oldPod, ok1 := e.ObjectOld.(*corev1.Pod)
+		newPod, ok2 := e.ObjectNew.(*corev1.Pod)
+		return !ok1 || !ok2 || isReady(oldPod) != isReady(newPod) || !reflect.DeepEqual(oldPod.Labels, newPod.Labels) ||
+			oldPod.DeletionTimestamp.IsZero() != newPod.DeletionTimestamp.IsZero()
+	}}
+	rendered := predicate.NewPredicateFuncs(func(o client.Object) bool { return o.GetName() == policy.ConfigMapName })
+	return ctrl.NewControllerManagedBy(mgr).
+		Named("ratelimitpolicy").
+		Watches(&v1alpha1.RateLimitPolicy{}, toNamespace).
+		Watches(&corev1.Pod{}, toNamespace, builder.WithPredicates(podChanged)).
+		Watches(&corev1.ConfigMap{}, toNamespace, builder.WithPredicates(rendered)).
+		Complete(r)
+}

@@ -1,0 +1,181 @@
+package controller_test
+
+import (
+	"bytes"
+	"context"
+	"strings"
+
+	. "github.com/onsi/ginkgo/v2"
+	. "github.com/onsi/gomega"
+	"k8s.io/utils/ptr"
+	"sigs.k8s.io/yaml"
+
+	"github.com/sluice-dev/sluice/api/v1alpha1"
+	"github.com/sluice-dev/sluice/internal/policyfile"
+)
+
+// offlineError validates p as `sluicectl render` does and returns its error message.
+func offlineError(p *v1alpha1.RateLimitPolicy) string {
+	data, err := yaml.Marshal(p)
+	Expect(err).NotTo(HaveOccurred())
+	_, err = policyfile.Decode(bytes.NewReader(data), "policy.yaml")
+	if err == nil {
+		return ""
+	}
+	return err.Error()
+}
+
+func burst(n int64) func(*v1alpha1.RateLimitPolicy) {
+	return rule0(func(r *v1alpha1.Rule) { r.Burst = ptr.To(n) })
+}
+
+func algorithm(a v1alpha1.Algorithm) func(*v1alpha1.RateLimitPolicy) {
+	return rule0(func(r *v1alpha1.Rule) { r.Algorithm = a })
+}
+
+func window(w string) func(*v1alpha1.RateLimitPolicy) {
+	return rule0(func(r *v1alpha1.Rule) { r.Window = v1alpha1.Window(w) })
+}
+
+func queue(maxDelay string) func(*v1alpha1.RateLimitPolicy) {
+	return rule0(func(r *v1alpha1.Rule) {
+		r.Algorithm = v1alpha1.LeakyBucket
+		r.LeakyBucket = &v1alpha1.LeakyBucketSpec{Mode: v1alpha1.Queue, MaxDelay: ptr.To(v1alpha1.Delay(maxDelay))}
+	})
+}
+
+var _ = Describe("RateLimitPolicy validation", func() {
+	var ns string
+	BeforeEach(func(ctx context.Context) { ns = newNamespace(ctx) })
+
+	DescribeTable("rejects invalid policies with a message naming the field, as sluicectl render does",
+		func(ctx context.Context, mutate func(*v1alpha1.RateLimitPolicy), field, message string) {
+			p := newPolicy(ns, "bad", mutate)
+			err := k8sClient.Create(ctx, p)
+			Expect(err).To(HaveOccurred())
+			Expect(err.Error()).To(ContainSubstring(field + ": "))
+			Expect(err.Error()).To(ContainSubstring(message))
+
+			offline := offlineError(newPolicy(ns, "bad", mutate))
+			Expect(offline).To(HaveSuffix(err.Error()), "sluicectl render must reject with the API server's message")
+		},
+		Entry("burst on a window algorithm", func(p *v1alpha1.RateLimitPolicy) {
+			algorithm(v1alpha1.FixedWindow)(p)
+			burst(5)(p)
+		}, "spec.rules[0].burst", "burst applies only to TokenBucket and LeakyBucket"),
+		Entry("leakyBucket on TokenBucket", rule0(func(r *v1alpha1.Rule) { r.LeakyBucket = &v1alpha1.LeakyBucketSpec{} }),
+			"spec.rules[0].leakyBucket", "leakyBucket applies only to algorithm LeakyBucket"),
+		Entry("maxDelay in Meter mode", rule0(func(r *v1alpha1.Rule) {
+			r.Algorithm = v1alpha1.LeakyBucket
+			r.LeakyBucket = &v1alpha1.LeakyBucketSpec{Mode: v1alpha1.Meter, MaxDelay: ptr.To(v1alpha1.Delay("1s"))}
+		}), "spec.rules[0].leakyBucket.maxDelay", "maxDelay applies only to mode Queue"),
+		Entry("maxDelay over 24h", queue("25h"), "spec.rules[0].leakyBucket.maxDelay", "from 0s to 24h"),
+		Entry("SlidingWindowLog over its memory bound", func(p *v1alpha1.RateLimitPolicy) {
+			algorithm(v1alpha1.SlidingWindowLog)(p)
+			rule0(func(r *v1alpha1.Rule) { r.Limit = 10001 })(p)
+		}, "spec.rules[0].limit", "limit must be at most 10000 for SlidingWindowLog"),
+		Entry("cost above burst", func(p *v1alpha1.RateLimitPolicy) {
+			burst(5)(p)
+			rule0(func(r *v1alpha1.Rule) { r.Cost = ptr.To[int64](6) })(p)
+		}, "spec.rules[0].cost", "cost must not exceed burst"),
+		Entry("cost above limit", rule0(func(r *v1alpha1.Rule) { r.Cost = ptr.To[int64](11) }), "spec.rules[0].cost", "cost must not exceed burst (or limit"),
+		Entry("fractional window", window("1.5s"), "spec.rules[0].window", "whole milliseconds from 1ms to 24h"),
+		Entry("microsecond window", window("1500us"), "spec.rules[0].window", "whole milliseconds"),
+		Entry("zero window", window("0s"), "spec.rules[0].window", "from 1ms to 24h"),
+		Entry("window over a day", window("25h"), "spec.rules[0].window", "from 1ms to 24h"),
+		Entry("window that is no duration", window("soon"), "spec.rules[0].window", "such as 500ms, 1s, 1m or 1h30m"),
+		Entry("limit zero", rule0(func(r *v1alpha1.Rule) { r.Limit = 0 }), "spec.rules[0].limit", "should be greater than or equal to 1"),
+		Entry("limit over the exact bound", rule0(func(r *v1alpha1.Rule) { r.Limit = 100_000_001 }), "spec.rules[0].limit", "less than or equal to 100000000"),
+		Entry("burst zero", burst(0), "spec.rules[0].burst", "greater than or equal to 1"),
+		Entry("key part with two sources", rule0(func(r *v1alpha1.Rule) {
+			r.Key[0].Path = &v1alpha1.PathKey{}
+		}), "spec.rules[0].key[0]", "each key part sets exactly one of clientIP, header, path, method, query"),
+		Entry("key part with no source", rule0(func(r *v1alpha1.Rule) { r.Key[0] = v1alpha1.KeyPart{} }),
+			"spec.rules[0].key[0]", "exactly one of"),
+		Entry("too many key parts", rule0(func(r *v1alpha1.Rule) {
+			for range 8 {
+				r.Key = append(r.Key, v1alpha1.KeyPart{Method: &v1alpha1.MethodKey{}})
+			}
+		}), "spec.rules[0].key", "must have at most 8 items"),
+		Entry("key header with a space", rule0(func(r *v1alpha1.Rule) {
+			r.Key[0] = v1alpha1.KeyPart{Header: &v1alpha1.HeaderKey{Name: "X Api Key"}}
+		}), "spec.rules[0].key[0].header.name", "must be an HTTP header name"),
+		Entry("cost header with a colon", rule0(func(r *v1alpha1.Rule) { r.CostHeader = "X-Cost:" }),
+			"spec.rules[0].costHeader", "must be an HTTP header name"),
+		Entry("trusted proxy that is no CIDR", func(p *v1alpha1.RateLimitPolicy) {
+			p.Spec.TrustedProxies = []v1alpha1.CIDR{"10.0.0.300/8"}
+		}, "spec.trustedProxies[0]", "must be a CIDR such as 10.0.0.0/8"),
+		Entry("trusted proxy without a prefix length", func(p *v1alpha1.RateLimitPolicy) {
+			p.Spec.TrustedProxies = []v1alpha1.CIDR{"198.18.0.1"}
+		}, "spec.trustedProxies[0]", "use /32 or /128 for one address"),
+		Entry("no rules", func(p *v1alpha1.RateLimitPolicy) { p.Spec.Rules = nil }, "spec.rules", "Required value"),
+		Entry("65 rules", func(p *v1alpha1.RateLimitPolicy) {
+			for i := range 64 {
+				r := p.Spec.Rules[0]
+				r.Name = "r" + strings.Repeat("x", i)
+				p.Spec.Rules = append(p.Spec.Rules, r)
+			}
+		}, "spec.rules", "must have at most 64 items"),
+		Entry("duplicate rule names", func(p *v1alpha1.RateLimitPolicy) {
+			p.Spec.Rules = append(p.Spec.Rules, p.Spec.Rules[0])
+		}, "spec.rules[1]", "Duplicate value"),
+		Entry("rule name that is no DNS label", rule0(func(r *v1alpha1.Rule) { r.Name = "Per_Client" }),
+			"spec.rules[0].name", "must be a DNS label"),
+		Entry("unknown algorithm", algorithm("Magic"), "spec.rules[0].algorithm", "Unsupported value: \"Magic\""),
+		Entry("unknown failure mode", func(p *v1alpha1.RateLimitPolicy) { p.Spec.FailureMode = "Sideways" },
+			"spec.failureMode", "Unsupported value"),
+		Entry("success status code", func(p *v1alpha1.RateLimitPolicy) {
+			p.Spec.Response = &v1alpha1.ResponseSpec{StatusCode: 200}
+		}, "spec.response.statusCode", "greater than or equal to 400"),
+		Entry("unknown header style", func(p *v1alpha1.RateLimitPolicy) {
+			p.Spec.Response = &v1alpha1.ResponseSpec{Headers: "Fancy"}
+		}, "spec.response.headers", "Unsupported value"),
+		Entry("path prefix without a slash", rule0(func(r *v1alpha1.Rule) { r.Match = &v1alpha1.RuleMatch{PathPrefix: "api"} }),
+			"spec.rules[0].match.pathPrefix", "must start with '/'"),
+		Entry("unknown method", rule0(func(r *v1alpha1.Rule) { r.Match = &v1alpha1.RuleMatch{Methods: []v1alpha1.HTTPMethod{"FETCH"}} }),
+			"spec.rules[0].match.methods[0]", "Unsupported value"),
+		Entry("unknown mode", rule0(func(r *v1alpha1.Rule) { r.Mode = "Maybe" }), "spec.rules[0].mode", "Unsupported value"),
+	)
+
+	DescribeTable("accepts valid policies, online and offline",
+		func(ctx context.Context, mutate func(*v1alpha1.RateLimitPolicy)) {
+			Expect(k8sClient.Create(ctx, newPolicy(ns, "good", mutate))).To(Succeed())
+			Expect(offlineError(newPolicy(ns, "good", mutate))).To(BeEmpty())
+		},
+		Entry("the base policy", func(*v1alpha1.RateLimitPolicy) {}),
+		Entry("a bucket with burst", burst(100_000_000)),
+		Entry("LeakyBucket Queue with maxDelay", queue("500ms")),
+		Entry("LeakyBucket Queue with maxDelay 0s", queue("0s")),
+		Entry("SlidingWindowLog at its bound", func(p *v1alpha1.RateLimitPolicy) {
+			algorithm(v1alpha1.SlidingWindowLog)(p)
+			rule0(func(r *v1alpha1.Rule) { r.Limit = 10000 })(p)
+		}),
+		Entry("compound windows at the bounds", window("1h30m")),
+		Entry("a 1ms window", window("1ms")),
+		Entry("a 24h window", window("24h")),
+		Entry("cost equal to limit", rule0(func(r *v1alpha1.Rule) { r.Cost = ptr.To[int64](10) })),
+		Entry("every key source and match", func(p *v1alpha1.RateLimitPolicy) {
+			p.Spec.TrustedProxies = []v1alpha1.CIDR{"198.18.0.0/15", "fd00::/8", "203.0.113.7/32"}
+			p.Spec.FailureMode = v1alpha1.FailureClosed
+			p.Spec.Response = &v1alpha1.ResponseSpec{StatusCode: 503, Headers: v1alpha1.HeadersDraft}
+			rule0(func(r *v1alpha1.Rule) {
+				r.Key = []v1alpha1.KeyPart{{ClientIP: &v1alpha1.ClientIPKey{}}, {Header: &v1alpha1.HeaderKey{Name: "X-API-Key"}},
+					{Path: &v1alpha1.PathKey{}}, {Method: &v1alpha1.MethodKey{}}, {Query: &v1alpha1.QueryKey{Name: "tenant id"}}}
+				r.Match = &v1alpha1.RuleMatch{PathPrefix: "/api/", Methods: []v1alpha1.HTTPMethod{"GET", "POST"},
+					Headers: []v1alpha1.HeaderMatch{{Name: "X-Tier", Value: "free"}}}
+				r.CostHeader = "X-Cost"
+				r.Mode = v1alpha1.Shadow
+			})(p)
+		}),
+	)
+
+	It("applies defaults", func(ctx context.Context) {
+		p := newPolicy(ns, "defaults", queue("1s"), rule0(func(r *v1alpha1.Rule) { r.LeakyBucket.Mode = "" }))
+		p.Spec.Rules[0].LeakyBucket.MaxDelay = nil
+		Expect(k8sClient.Create(ctx, p)).To(Succeed())
+		Expect(p.Spec.FailureMode).To(Equal(v1alpha1.FailureLocal))
+		Expect(p.Spec.Response).To(Equal(&v1alpha1.ResponseSpec{StatusCode: 429, Headers: v1alpha1.HeadersBoth}))
+		Expect(p.Spec.Rules[0].Mode).To(Equal(v1alpha1.Enforce))
+		Expect(p.Spec.Rules[0].LeakyBucket.Mode).To(Equal(v1alpha1.Meter))
+	})
+})

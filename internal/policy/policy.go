@@ -1,0 +1,242 @@
+// Package policy defines policies.json, the rendered form of a namespace's RateLimitPolicies
+// that injected sidecars read, and compiles API objects into it. It is the one contract between
+// the controller (writer), `sluicectl render` (writer) and the sidecar (reader).
+package policy
+
+import (
+	"bytes"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/netip"
+	"net/textproto"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
+
+	"github.com/sluice-dev/sluice/internal/limiter"
+)
+
+// Names shared by the controller, the webhook and the sidecar.
+const (
+	// Version is the version of the rendered format this package writes and reads.
+	Version = 1
+	// ConfigMapName is the name of the ConfigMap each namespace's policies are rendered into.
+	ConfigMapName = "sluice-policies"
+	// DataKey is the ConfigMap key holding the rendered document.
+	DataKey = "policies.json"
+	// HashAnnotation carries the SHA-256 of the rendered document on the ConfigMap.
+	HashAnnotation = "sluice.dev/content-hash"
+)
+
+// Document is the content of policies.json: every accepted policy of one namespace.
+type Document struct {
+	// Version is the format version, Version.
+	Version int `json:"version"`
+	// Namespace is the namespace the policies live in.
+	Namespace string `json:"namespace"`
+	// Policies are sorted by name.
+	Policies []Policy `json:"policies"`
+}
+
+// Policy is one RateLimitPolicy with every default applied and every duration in milliseconds.
+type Policy struct {
+	Name string `json:"name"`
+	// Selector selects the pods that enforce the policy, as in the API.
+	Selector metav1.LabelSelector `json:"selector"`
+	// Replicas is the number of ready pods Selector matched when rendered; the local fallback
+	// divides limits by max(1, Replicas).
+	Replicas       int32    `json:"replicas"`
+	FailureMode    string   `json:"failureMode"`
+	TrustedProxies []string `json:"trustedProxies,omitempty"`
+	Response       Response `json:"response"`
+	Rules          []Rule   `json:"rules"`
+}
+
+// Response shapes a sidecar's answers.
+type Response struct {
+	StatusCode int    `json:"statusCode"`
+	Headers    string `json:"headers"`
+}
+
+// Rule is one limit with integer parameters.
+type Rule struct {
+	Name      string    `json:"name"`
+	Match     *Match    `json:"match,omitempty"`
+	Key       []KeyPart `json:"key"`
+	Algorithm string    `json:"algorithm"`
+	Limit     int64     `json:"limit"`
+	WindowMs  int64     `json:"windowMs"`
+	// Burst is the bucket capacity (TokenBucket and LeakyBucket only; Limit when unset).
+	Burst int64 `json:"burst,omitempty"`
+	// LeakyMode is Meter or Queue for LeakyBucket, empty otherwise.
+	LeakyMode  string `json:"leakyMode,omitempty"`
+	MaxDelayMs int64  `json:"maxDelayMs,omitempty"`
+	Cost       int64  `json:"cost"`
+	// CostHeader is the canonical name of the header that may carry the cost.
+	CostHeader string `json:"costHeader,omitempty"`
+	// Mode is Enforce or Shadow.
+	Mode string `json:"mode"`
+}
+
+// Match selects requests; header names are canonical (textproto.CanonicalMIMEHeaderKey).
+type Match struct {
+	PathPrefix string        `json:"pathPrefix,omitempty"`
+	Methods    []string      `json:"methods,omitempty"`
+	Headers    []HeaderMatch `json:"headers,omitempty"`
+}
+
+// HeaderMatch is a header that must have exactly Value.
+type HeaderMatch struct {
+	Name  string `json:"name"`
+	Value string `json:"value"`
+}
+
+// Key part sources.
+const (
+	SourceClientIP = "clientIP"
+	SourceHeader   = "header"
+	SourcePath     = "path"
+	SourceMethod   = "method"
+	SourceQuery    = "query"
+)
+
+// KeyPart is one part of a rule's key: a source and, for header and query, a name (canonical
+// for headers).
+type KeyPart struct {
+	Source string `json:"source"`
+	Name   string `json:"name,omitempty"`
+}
+
+// LimiterLimit returns the limiter parameters of the rule.
+func (r Rule) LimiterLimit() limiter.Limit {
+	return limiter.Limit{
+		Algorithm: limiter.Algorithm(r.Algorithm),
+		Limit:     r.Limit,
+		Window:    time.Duration(r.WindowMs) * time.Millisecond,
+		Burst:     r.Burst,
+		Mode:      limiter.LeakyMode(r.LeakyMode),
+		MaxDelay:  time.Duration(r.MaxDelayMs) * time.Millisecond,
+	}
+}
+
+// Selects reports whether the policy applies to a pod with these labels.
+func (p Policy) Selects(podLabels map[string]string) bool {
+	sel, err := metav1.LabelSelectorAsSelector(&p.Selector)
+	if err != nil {
+		return false
+	}
+	return sel.Matches(labels.Set(podLabels))
+}
+
+// Validate checks what a reader relies on: known values, limits inside the exact-arithmetic
+// bounds, parseable selectors and networks. It is the sidecar's guard against a bad file.
+func (d *Document) Validate() error {
+	if d.Version != Version {
+		return fmt.Errorf("version %d is not the supported version %d", d.Version, Version)
+	}
+	var errs []error
+	for i, p := range d.Policies {
+		if err := p.validate(); err != nil {
+			errs = append(errs, fmt.Errorf("policies[%d] (%s): %w", i, p.Name, err))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+func (p Policy) validate() error {
+	if _, err := metav1.LabelSelectorAsSelector(&p.Selector); err != nil {
+		return fmt.Errorf("selector: %w", err)
+	}
+	switch p.FailureMode {
+	case "Local", "Open", "Closed":
+	default:
+		return fmt.Errorf("failureMode %q is not Local, Open or Closed", p.FailureMode)
+	}
+	for _, c := range p.TrustedProxies {
+		if _, err := netip.ParsePrefix(c); err != nil {
+			return fmt.Errorf("trustedProxies: %w", err)
+		}
+	}
+	if p.Response.StatusCode < 400 || p.Response.StatusCode > 599 {
+		return fmt.Errorf("response.statusCode %d is outside 400..599", p.Response.StatusCode)
+	}
+	switch p.Response.Headers {
+	case "Draft", "Legacy", "Both", "None":
+	default:
+		return fmt.Errorf("response.headers %q is not Draft, Legacy, Both or None", p.Response.Headers)
+	}
+	if len(p.Rules) == 0 {
+		return errors.New("no rules")
+	}
+	for _, r := range p.Rules {
+		if err := r.validate(); err != nil {
+			return fmt.Errorf("rule %s: %w", r.Name, err)
+		}
+	}
+	return nil
+}
+
+func (r Rule) validate() error {
+	if err := r.LimiterLimit().Validate(); err != nil {
+		return err
+	}
+	if r.Cost < 1 || r.Cost > r.LimiterLimit().Capacity() {
+		return fmt.Errorf("cost %d is outside 1..%d", r.Cost, r.LimiterLimit().Capacity())
+	}
+	if r.Mode != "Enforce" && r.Mode != "Shadow" {
+		return fmt.Errorf("mode %q is not Enforce or Shadow", r.Mode)
+	}
+	if len(r.Key) == 0 {
+		return errors.New("empty key")
+	}
+	for _, k := range r.Key {
+		switch k.Source {
+		case SourceClientIP, SourcePath, SourceMethod:
+		case SourceHeader, SourceQuery:
+			if k.Name == "" {
+				return fmt.Errorf("key part %s without a name", k.Source)
+			}
+		default:
+			return fmt.Errorf("key part source %q is unknown", k.Source)
+		}
+	}
+	return nil
+}
+
+// Parse decodes and validates a rendered document.
+func Parse(data []byte) (*Document, error) {
+	dec := json.NewDecoder(bytes.NewReader(data))
+	var d Document
+	if err := dec.Decode(&d); err != nil {
+		return nil, fmt.Errorf("decoding %s: %w", DataKey, err)
+	}
+	if err := d.Validate(); err != nil {
+		return nil, fmt.Errorf("invalid %s: %w", DataKey, err)
+	}
+	return &d, nil
+}
+
+// Marshal encodes a document deterministically: policies sorted by the caller (Build sorts),
+// fields in declaration order, two-space indentation and a final newline.
+func Marshal(d *Document) ([]byte, error) {
+	if d.Policies == nil {
+		d.Policies = []Policy{}
+	}
+	b, err := json.MarshalIndent(d, "", "  ")
+	if err != nil {
+		return nil, err
+	}
+	return append(b, '\n'), nil
+}
+
+// Hash is the content hash written to HashAnnotation.
+func Hash(data []byte) string {
+	sum := sha256.Sum256(data)
+	return hex.EncodeToString(sum[:])
+}
+
+func canonicalHeader(name string) string { return textproto.CanonicalMIMEHeaderKey(name) }
