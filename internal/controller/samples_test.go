@@ -1,0 +1,77 @@
+package controller_test
+
+import (
+	"bytes"
+	"context"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+
+	. "github.com/onsi/ginkgo/v2"
+	. "github.com/onsi/gomega"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/types"
+
+	"github.com/sluice-dev/sluice/internal/policy"
+)
+
+var _ = Describe("The samples", func() {
+	It("apply with kubectl, reach Ready, and render exactly as sluicectl render prints", func(ctx context.Context) {
+		ns := newNamespace(ctx)
+		samples, err := filepath.Glob(filepath.Join("..", "..", "config", "samples", "*.yaml"))
+		Expect(err).NotTo(HaveOccurred())
+		var policyFiles []string
+		for _, f := range samples {
+			data, err := os.ReadFile(f)
+			Expect(err).NotTo(HaveOccurred())
+			if bytes.Contains(data, []byte("kind: RateLimitPolicy")) {
+				policyFiles = append(policyFiles, f)
+			}
+		}
+		Expect(policyFiles).NotTo(BeEmpty())
+
+		kubectl := testEnv.ControlPlane.KubeCtl()
+		args := []string{"apply", "-n", ns}
+		for _, f := range policyFiles {
+			args = append(args, "-f", f)
+		}
+		stdout, stderr, err := kubectl.Run(args...)
+		Expect(err).NotTo(HaveOccurred(), "kubectl apply: %s", readAll(stderr))
+		GinkgoWriter.Print(readAll(stdout))
+
+		var cmData string
+		Eventually(func(g Gomega) {
+			stdout, stderr, err := kubectl.Run("get", "rlp", "-n", ns, "-o", "jsonpath={range .items[*]}{.metadata.name}={.status.conditions[?(@.type==\"Ready\")].status} {end}")
+			g.Expect(err).NotTo(HaveOccurred(), readAll(stderr))
+			g.Expect(readAll(stdout)).To(MatchRegexp(`^(\S+=True )+$`))
+			var cm corev1.ConfigMap
+			g.Expect(k8sClient.Get(ctx, types.NamespacedName{Namespace: ns, Name: policy.ConfigMapName}, &cm)).To(Succeed())
+			doc, err := policy.Parse([]byte(cm.Data[policy.DataKey]))
+			g.Expect(err).NotTo(HaveOccurred())
+			g.Expect(doc.Policies).To(HaveLen(len(policyFiles)))
+			cmData = cm.Data[policy.DataKey]
+		}).Should(Succeed())
+
+		By("rendering the same files offline")
+		bin := filepath.Join(GinkgoT().TempDir(), "sluicectl")
+		build := exec.Command("go", "build", "-o", bin, "../../cmd/sluicectl")
+		build.Stderr = GinkgoWriter
+		Expect(build.Run()).To(Succeed())
+		render := []string{"render", "--namespace", ns, "--replicas", "0"}
+		for _, f := range policyFiles {
+			render = append(render, "-f", f)
+		}
+		out, err := exec.Command(bin, render...).Output()
+		Expect(err).NotTo(HaveOccurred())
+		Expect(string(out)).To(Equal(cmData))
+	})
+})
+
+func readAll(r io.Reader) string {
+	if r == nil {
+		return ""
+	}
+	b, _ := io.ReadAll(r)
+	return string(b)
+}
