@@ -25,6 +25,18 @@ var benchKeyNames = func() []string {
 	return keys
 }()
 
+// warmUp puts every key in the store with state built over the last second, so that the
+// benchmark measures the steady state (a log's buffer at its size), not the first requests.
+func warmUp(b *testing.B, m *MemoryStore, lim Limit, start time.Time) {
+	for round := 20; round > 0; round-- {
+		for _, k := range benchKeyNames {
+			if _, err := m.Take(context.Background(), k, lim, 1, start.Add(-time.Duration(round)*50*time.Millisecond)); err != nil {
+				b.Fatal(err)
+			}
+		}
+	}
+}
+
 func BenchmarkMemoryStore(b *testing.B) {
 	for _, lim := range limitsFor(100, time.Second, 0, 100*time.Millisecond) {
 		b.Run(limitName(lim)+"/one-key", func(b *testing.B) {
@@ -51,11 +63,7 @@ func BenchmarkMemoryStore(b *testing.B) {
 		})
 		b.Run(limitName(lim)+"/100k-keys", func(b *testing.B) {
 			m, ctx, start := NewMemoryStore(MemoryStoreOptions{MaxKeys: 2 * benchKeys}), context.Background(), time.UnixMilli(t0)
-			for _, k := range benchKeyNames {
-				if _, err := m.Take(ctx, k, lim, 1, start); err != nil {
-					b.Fatal(err)
-				}
-			}
+			warmUp(b, m, lim, start)
 			b.ReportAllocs()
 			for i := 0; b.Loop(); i++ {
 				if _, err := m.Take(ctx, benchKeyNames[i%benchKeys], lim, 1, start.Add(time.Duration(i)*time.Microsecond)); err != nil {
@@ -65,11 +73,7 @@ func BenchmarkMemoryStore(b *testing.B) {
 		})
 		b.Run(limitName(lim)+"/100k-keys/parallel", func(b *testing.B) {
 			m, ctx, start := NewMemoryStore(MemoryStoreOptions{MaxKeys: 2 * benchKeys}), context.Background(), time.UnixMilli(t0)
-			for _, k := range benchKeyNames {
-				if _, err := m.Take(ctx, k, lim, 1, start); err != nil {
-					b.Fatal(err)
-				}
-			}
+			warmUp(b, m, lim, start)
 			var clock atomic.Int64
 			b.ReportAllocs()
 			b.ResetTimer()
