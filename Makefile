@@ -40,12 +40,16 @@ vet: ## go vet.
 lint: golangci-lint ## Run golangci-lint.
 	$(GOLANGCI_LINT) run ./...
 
+GENERATED := api/v1alpha1/zz_generated.deepcopy.go config/crd/bases config/rbac/role.yaml
+
 .PHONY: verify
-verify: manifests generate ## Fail when generated files or go.mod are stale.
-	go mod tidy
-	@if [ -n "$$(git status --porcelain -- api config go.mod go.sum)" ]; then \
-		echo "Generated files are stale; run 'make manifests generate' and 'go mod tidy' and commit:"; \
-		git status --porcelain -- api config go.mod go.sum; git --no-pager diff --stat -- api config go.mod go.sum; exit 1; fi
+verify: controller-gen ## Fail when generated files or go.mod are stale (and regenerate them).
+	@before=$$(mktemp -d); for f in $(GENERATED); do mkdir -p $$before/$$(dirname $$f); [ ! -e $$f ] || cp -r $$f $$before/$$f; done; \
+	$(MAKE) -s manifests generate >/dev/null; stale=0; \
+	for f in $(GENERATED); do diff -r $$before/$$f $$f >/dev/null 2>&1 || { echo "stale: $$f (regenerated now; commit it)"; stale=1; }; done; \
+	rm -rf $$before; \
+	if ! go mod tidy -diff >/dev/null; then echo "stale: go.mod/go.sum (run go mod tidy)"; stale=1; fi; \
+	[ $$stale = 0 ] || { echo "Generated files were stale: run 'make manifests generate' and 'go mod tidy', then commit."; exit 1; }
 
 .PHONY: redis
 redis: ## Install redis-server via apt when missing.
@@ -56,7 +60,7 @@ envtest: ## Provide envtest binaries (kube-apiserver, etcd) and print their dire
 	@hack/envtest-assets.sh
 
 .PHONY: test
-test: manifests generate fmt vet redis ## Run every test against a real API server (envtest) and real redis-server.
+test: verify fmt vet lint redis ## Run every check and test, against a real API server (envtest) and real redis-server.
 	KUBEBUILDER_ASSETS="$$(hack/envtest-assets.sh)" go test -race -count=1 ./... -coverprofile cover.out
 
 ##@ Build

@@ -41,6 +41,12 @@ if [ -x "$setup" ]; then
   say "download failed; building from source instead"
 fi
 
+mkdir -p "$cache_root/envtest"
+exec 9>"$cache_root/envtest/.lock"
+flock 9
+if complete "$cache"; then  # another run built it while we waited
+  echo "$cache"; exit 0
+fi
 say "building kube-apiserver, kubectl v$K8S_VERSION and etcd v$ETCD_VERSION from source (once; ~5 min, cached in $cache)"
 src="$cache_root/envtest/src"
 mkdir -p "$src/kube" "$src/etcd" "$cache.tmp"
