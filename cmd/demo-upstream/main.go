@@ -1,0 +1,25 @@
+// Command demo-upstream is the tiny application the demo and the end-to-end tests run behind
+// the sidecar.
+package main
+
+import (
+	"flag"
+	"log/slog"
+	"net/http"
+	"os"
+	"time"
+
+	"github.com/sluice-dev/sluice/internal/upstream"
+)
+
+func main() {
+	listen := flag.String("listen", ":8080", "address to serve on")
+	name := flag.String("name", os.Getenv("HOSTNAME"), "name in responses (default $HOSTNAME)")
+	flag.Parse()
+	srv := &http.Server{Addr: *listen, Handler: &upstream.Handler{Name: *name}, ReadHeaderTimeout: 10 * time.Second}
+	slog.Info("Serving", "listen", *listen, "name", *name)
+	if err := srv.ListenAndServe(); err != nil {
+		slog.Error("Serve failed", "err", err)
+		os.Exit(1)
+	}
+}
