@@ -11,7 +11,7 @@
 //
 // A limiter key k under Limit lim is stored in
 //
-//	<prefix>:{<h>}:<alg><schema>:<W>[:<part>]
+//	<prefix>:{<h>}:<alg><schema>:<W>
 //
 // where h is the first 16 bytes of SHA-256(k) in hex (32 characters), alg is fw, swl, swc, tb,
 // lbm or lbq (LeakyBucket Meter and Queue), schema is the version of the script's state layout
@@ -27,25 +27,36 @@
 //     limiter.MemoryStore treats edits too, with one difference: switching a key back to its
 //     previous algorithm or window within the old state's TTL finds the old state.
 //
-// The state per algorithm, each key with a TTL (see below):
+// The state per algorithm, each key with a TTL (see below); the window and bucket algorithms
+// keep a string of integers separated by spaces, so that a decision is one GET and at most one
+// SET ... PX:
 //
-//	fw   hash  w = window index, n = units admitted in it
-//	swc  hash  w = window index, p = units in window w-1, n = units in window w
-//	tb   hash  t = tokens in scaled units, l = instant of t (ms); an absent key is a full bucket
-//	lbm  hash  v = level in scaled units, l = instant of v (ms); an absent key is empty
-//	lbq  hash  as lbm
-//	swl  list  T1, c1, T2, c2, ... (admitted units per instant, oldest first), plus
-//	     <key>:s, a string with the sum of the c's
+//	fw   string  "<window index> <units admitted in it>"
+//	swc  string  "<window index w> <units in window w-1> <units in window w>"
+//	tb   string  "<tokens in scaled units> <instant they were counted at, ms>"; absent = full
+//	lbm  string  "<level in scaled units> <instant it was computed at, ms>"; absent = empty
+//	lbq  string  as lbm
+//	swl  list    sum, T1, c1, T2, c2, ...: the sum of the c's, then the units c admitted at
+//	             each instant T, oldest first
 //
-// Memory per key, as measured by MEMORY USAGE on Redis 7 (TestMemoryPerKey prints it), is
-// about 90 bytes for the hashes and grows by a few bytes per log entry for swl.
+// Memory per limiter, as MEMORY USAGE reports it on Redis 7.0 with the default prefix and a
+// one-minute window (key name and Redis's per-key overhead included; TestMemoryPerKey logs it):
+// 120 to 136 bytes for each string layout; 216 bytes for a log with one entry, plus about
+// 12 bytes per further entry (a full log of 10,000 entries is about 119 KiB).
 //
 // # Expiry
 //
-// Every write sets a TTL (PEXPIRE): with server time, the decision's ResetAfter, after which the
-// state is equivalent to an absent key; a state equivalent to an absent key is deleted rather
-// than written. With explicit time (Options.ServerTime false) the instants are the caller's,
-// unrelated to Redis's expiry clock, so TTLs are at least ExplicitTimeMinTTL.
+// Every write sets a TTL: with server time, the decision's ResetAfter, after which the state is
+// equivalent to an absent key; a state equivalent to an absent key is deleted rather than
+// written, and an unchanged one is not written again. With explicit time (Options.ServerTime
+// false) the instants are the caller's, unrelated to Redis's expiry clock, so every write sets a
+// TTL of at least ExplicitTimeMinTTL.
+//
+// # Requirements
+//
+// Redis 5 or later (scripts that call TIME need effects replication, the default since 5); Redis
+// Cluster and Sentinel work (see NewClientFromURL). A call that times out may still run on the
+// server later: a timeout means the decision is unknown, not that nothing was counted.
 //
 // # Arithmetic
 //
@@ -222,8 +233,8 @@ var reasons = map[int64]limiter.Reason{
 	3: limiter.ReasonDelayTooLong,
 }
 
-// Keys returns the Redis keys that hold key's state under lim, the script's KEYS: for
-// inspecting state (MEMORY USAGE, TTL) and in tests. See the package comment for the layout.
+// Keys returns the Redis keys that hold key's state under lim, the script's KEYS (one, in this
+// layout): for inspecting state (MEMORY USAGE, TTL) and in tests. See the package comment.
 func (s *Store) Keys(key string, lim limiter.Limit) []string {
 	sum := sha256.Sum256([]byte(key))
 	var b strings.Builder
@@ -236,11 +247,7 @@ func (s *Store) Keys(key string, lim limiter.Limit) []string {
 	b.WriteString(schema)
 	b.WriteByte(':')
 	b.WriteString(strconv.FormatInt(lim.WindowMs(), 10))
-	base := b.String()
-	if lim.Algorithm == limiter.SlidingWindowLog {
-		return []string{base, base + ":s"}
-	}
-	return []string{base}
+	return []string{b.String()}
 }
 
 func algTag(lim limiter.Limit) string {

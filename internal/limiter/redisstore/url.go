@@ -26,7 +26,10 @@ import (
 //     even when Redis hangs;
 //   - commands are not retried (max_retries=-1) unless the URL sets max_retries: a script whose
 //     reply was lost may have run, and running it again would count the request twice; the
-//     caller's fallback handles the failure instead.
+//     caller's fallback handles the failure instead;
+//   - a refused connection is not dialled again within the call (dialer_retries=1) unless the
+//     URL sets dialer_retries, so a Redis that is down fails a call at once rather than after
+//     the whole budget spent in dial backoff.
 //
 // The caller owns the client and closes it.
 func NewClientFromURL(rawURL string) (redis.UniversalClient, error) {
@@ -38,7 +41,7 @@ func NewClientFromURL(rawURL string) (redis.UniversalClient, error) {
 	if base != "redis" && base != "rediss" {
 		return nil, fmt.Errorf("redisstore: redis URL scheme %q is not redis, rediss, redis+cluster, rediss+cluster, redis+sentinel or rediss+sentinel", u.Scheme)
 	}
-	retriesSet := u.Query().Has("max_retries")
+	retriesSet, dialRetriesSet := u.Query().Has("max_retries"), u.Query().Has("dialer_retries")
 	plain := *u
 	plain.Scheme = base
 	switch topology {
@@ -51,6 +54,9 @@ func NewClientFromURL(rawURL string) (redis.UniversalClient, error) {
 		if !retriesSet {
 			o.MaxRetries = -1
 		}
+		if !dialRetriesSet {
+			o.DialerRetries = 1
+		}
 		return redis.NewClient(o), nil
 	case "cluster":
 		o, err := redis.ParseClusterURL(plain.String())
@@ -60,6 +66,9 @@ func NewClientFromURL(rawURL string) (redis.UniversalClient, error) {
 		o.ContextTimeoutEnabled = true
 		if !retriesSet {
 			o.MaxRetries = -1
+		}
+		if !dialRetriesSet {
+			o.DialerRetries = 1
 		}
 		return redis.NewClusterClient(o), nil
 	case "sentinel":
@@ -73,6 +82,9 @@ func NewClientFromURL(rawURL string) (redis.UniversalClient, error) {
 		o.ContextTimeoutEnabled = true
 		if !retriesSet {
 			o.MaxRetries = -1
+		}
+		if !dialRetriesSet {
+			o.DialerRetries = 1
 		}
 		return redis.NewFailoverClient(o), nil
 	default:

@@ -1,8 +1,7 @@
--- FixedWindow: limiter.FixedWindowState.Take. KEYS[1] hash: w = window index, n = count.
-local st = redis.call('HMGET', KEYS[1], 'w', 'n')
-local existed = st[1] ~= false
-local win = tonumber(st[1]) or 0
-local n = tonumber(st[2]) or 0
+-- FixedWindow: limiter.FixedWindowState.Take. KEYS[1]: "<window index> <count>".
+local raw, st = load()
+local win, n = 0, 0
+if raw then win, n = st[1], st[2] end
 
 local w = fdiv(now, W)
 if w > win then
@@ -24,5 +23,5 @@ else
 end
 local reset = 0
 if n > 0 then reset = e end
-save(existed, reset, 'w', win, 'n', n)
+save(raw, reset, string.format('%d %d', win, n))
 return {allowed, math.max(0, L - n), reset, retry, 0, reason}

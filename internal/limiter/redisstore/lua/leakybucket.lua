@@ -1,10 +1,10 @@
 -- LeakyBucket: limiter.LeakyBucketState.TakeMeter, or TakeQueue when ARGV[8] is 'q'.
--- KEYS[1] hash: v = level in scaled units (a request of cost c adds c*W, L leak per ms),
--- l = the instant v was computed at. An absent key is an empty bucket (Level 0, Last 0).
-local st = redis.call('HMGET', KEYS[1], 'v', 'l')
-local existed = st[1] ~= false
-local level = tonumber(st[1]) or 0
-local last = tonumber(st[2]) or 0
+-- KEYS[1]: "<level> <instant>", the level in scaled units (a request of cost c adds c*W, L leak
+-- per ms) and the instant (ms) it was computed at. An absent key is an empty bucket (Level 0,
+-- Last 0).
+local raw, st = load()
+local level, last = 0, 0
+if raw then level, last = st[1], st[2] end
 local full = cap * W -- <= 8.64e15
 
 -- leak
@@ -48,5 +48,5 @@ else
   remaining = fdiv(full - level, W)
 end
 local reset = cdiv(level, L)
-save(existed, reset, 'v', level, 'l', last)
+save(raw, reset, string.format('%d %d', level, last))
 return {allowed, remaining, reset, retry, delay, reason}

@@ -16,9 +16,8 @@
 -- values read back go through tonumber.
 local now
 if ARGV[1] == '' then
-  -- TIME is non-deterministic: the script must be replicated by its effects, the only mode
-  -- since Redis 7 and the default since 5; replicate_commands switches 3.2 and 4 to it.
-  if redis.replicate_commands then redis.replicate_commands() end
+  -- TIME is non-deterministic, so the script must be replicated by its effects: the default
+  -- since Redis 5 and the only mode since 7 (hence Redis >= 5).
   local t = redis.call('TIME')
   -- seconds * 1000 is about 1.8e12 < 2^53; t[2] is microseconds
   now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
@@ -42,15 +41,37 @@ local function cdiv(a, b)
   return q
 end
 
--- save writes the hash state in KEYS[1] with a TTL of at least reset ms, or deletes it when it
--- is equivalent to an absent key (reset == 0). With explicit time (minTTL > 0) a key that
--- exists is kept like limiter.MemoryStore keeps its entry, and a new one is only written when
--- reset > 0, like MemoryStore, so the two see the same state even when instants go backwards.
-local function save(existed, reset, ...)
-  if reset > 0 or (existed and minTTL > 0) then
-    redis.call('HSET', KEYS[1], ...)
-    redis.call('PEXPIRE', KEYS[1], math.max(reset, minTTL))
-  elseif existed then
+-- The window and bucket algorithms keep their state in one string key, integers separated by
+-- spaces ("%d" formats integers below 2^53 exactly; tostring would round them to 14 digits), so
+-- that a read is one GET and a write one SET with its TTL.
+
+-- load returns KEYS[1]'s fields as numbers, or nothing for an absent key, and the raw value.
+local function load()
+  local raw = redis.call('GET', KEYS[1])
+  if not raw then return false, nil end
+  local f = {}
+  for x in string.gmatch(raw, '%-?%d+') do f[#f + 1] = tonumber(x) end
+  return raw, f
+end
+
+-- save writes state (a string) to KEYS[1] with a TTL of at least reset ms, or deletes the key
+-- when the state is equivalent to an absent one (reset == 0).
+--  - With explicit time (minTTL > 0) a key that exists is kept, like limiter.MemoryStore keeps
+--    its entry, and a new one is only written when reset > 0, like MemoryStore: the two then
+--    see the same state even when instants go backwards. Every write renews the TTL, since the
+--    caller's instants say nothing about Redis's clock.
+--  - With server time an unchanged state is not written again: its TTL, set when it was
+--    written, already ends when it becomes equivalent to an absent key.
+local function save(raw, reset, state)
+  if minTTL > 0 then
+    if reset > 0 or raw then
+      redis.call('SET', KEYS[1], state, 'PX', math.max(reset, minTTL))
+    end
+  elseif reset > 0 then
+    if state ~= raw then
+      redis.call('SET', KEYS[1], state, 'PX', reset)
+    end
+  elseif raw then
     redis.call('DEL', KEYS[1])
   end
 end

@@ -1,10 +1,8 @@
 -- SlidingWindowCounter: limiter.SlidingWindowCounterState.Take.
--- KEYS[1] hash: w = window index, p = units in window w-1, n = units in window w.
-local st = redis.call('HMGET', KEYS[1], 'w', 'p', 'n')
-local existed = st[1] ~= false
-local win = tonumber(st[1]) or 0
-local p = tonumber(st[2]) or 0
-local n = tonumber(st[3]) or 0
+-- KEYS[1]: "<window index w> <units in window w-1> <units in window w>".
+local raw, st = load()
+local win, p, n = 0, 0, 0
+if raw then win, p, n = st[1], st[2], st[3] end
 
 local w = fdiv(now, W)
 if w == win then
@@ -42,6 +40,6 @@ if n > 0 then
 elseif p > 0 then
   reset = rest
 end
-save(existed, reset, 'w', win, 'p', p, 'n', n)
+save(raw, reset, string.format('%d %d %d', win, p, n))
 -- p*rest <= L*W
 return {allowed, math.max(0, L - n - cdiv(p * rest, W)), reset, retry, 0, reason}

@@ -1,23 +1,22 @@
 -- SlidingWindowLog: limiter.SlidingWindowLogState.Take.
--- KEYS[1] list: T1, c1, T2, c2, ... the units admitted at each instant, oldest first, at most
--- one entry per instant and L entries; KEYS[2] string: the sum of the c's. An absent list is an
--- empty log (the same as limiter's empty state, so nothing else needs remembering).
-local n2 = redis.call('LLEN', KEYS[1]) -- 2 * entries
+-- KEYS[1] list: sum, T1, c1, T2, c2, ...: the sum of the c's, then the units c admitted at each
+-- instant T, oldest first, at most one entry per instant and L entries. An absent list is an
+-- empty log, the same as limiter's empty state, so nothing else needs remembering.
+local len = redis.call('LLEN', KEYS[1])
+local n2 = 0            -- 2 * entries
 local sum, newestT = 0, nil
-if n2 > 0 then
+local slot = false      -- whether element 0 is the sum
+if len > 0 then
+  n2 = len - 1
+  slot = true
+  sum = tonumber(redis.call('LINDEX', KEYS[1], 0))
   newestT = tonumber(redis.call('LINDEX', KEYS[1], -2))
-  sum = tonumber(redis.call('GET', KEYS[2]))
-  if sum == nil then -- cannot happen (both keys are written together); recount to be safe
-    sum = 0
-    local all = redis.call('LRANGE', KEYS[1], 0, -1)
-    for i = 2, #all, 2 do sum = sum + tonumber(all[i]) end
-  end
   if now < newestT then now = newestT end -- clock went back
-  -- drop entries with T <= now - W, reading 32 at a time
+  -- drop the entries with T <= now - W, reading 32 at a time
   local cutoff = now - W
   local drop = 0
   while drop < n2 do
-    local chunk = redis.call('LRANGE', KEYS[1], drop, drop + 63)
+    local chunk = redis.call('LRANGE', KEYS[1], 1 + drop, drop + 64)
     local i = 1
     while i < #chunk and tonumber(chunk[i]) <= cutoff do
       sum = sum - tonumber(chunk[i + 1])
@@ -27,8 +26,10 @@ if n2 > 0 then
     if i < #chunk or #chunk == 0 then break end
   end
   if drop > 0 then
-    redis.call('LTRIM', KEYS[1], drop, -1) -- an emptied list is deleted
+    -- trims the sum too (written back below); an emptied list is deleted
+    redis.call('LTRIM', KEYS[1], 1 + drop, -1)
     n2 = n2 - drop
+    slot = false
   end
 end
 
@@ -51,6 +52,7 @@ else
   -- reached within the log because c <= L
   local need = sum + c - L
   local from = 0
+  if slot then from = 1 end
   while retry == 0 do
     local chunk = redis.call('LRANGE', KEYS[1], from, from + 63)
     if #chunk == 0 then break end
@@ -68,10 +70,11 @@ end
 local reset = 0
 if n2 > 0 then
   reset = newestT + W - now
-  local ttl = math.max(reset, minTTL)
-  redis.call('SET', KEYS[2], sum, 'PX', ttl)
-  redis.call('PEXPIRE', KEYS[1], ttl)
-else
-  redis.call('DEL', KEYS[2])
+  if slot then
+    redis.call('LSET', KEYS[1], 0, sum)
+  else
+    redis.call('LPUSH', KEYS[1], sum)
+  end
+  redis.call('PEXPIRE', KEYS[1], math.max(reset, minTTL))
 end
 return {allowed, math.max(0, L - sum), reset, retry, 0, reason}

@@ -1,12 +1,11 @@
--- TokenBucket: limiter.TokenBucketState.Take. KEYS[1] hash: t = tokens in scaled units (one
--- token = W units, L units per ms), l = the instant t was computed at. An absent key is a full
--- bucket (Started = false).
-local st = redis.call('HMGET', KEYS[1], 't', 'l')
-local existed = st[1] ~= false
+-- TokenBucket: limiter.TokenBucketState.Take. KEYS[1]: "<tokens> <instant>", the tokens in
+-- scaled units (one token = W units, L units per ms) and the instant (ms) they were counted at.
+-- An absent key is a full bucket (Started = false).
+local raw, st = load()
 local full = cap * W -- <= MaxLimit * MaxWindow = 8.64e15
 local tokens, last
-if existed then
-  tokens, last = tonumber(st[1]), tonumber(st[2])
+if raw then
+  tokens, last = st[1], st[2]
 else
   tokens, last = full, now
 end
@@ -31,5 +30,5 @@ else
   retry, reason = cdiv(c * W - tokens, L), 1
 end
 local reset = cdiv(full - tokens, L)
-save(existed, reset, 't', tokens, 'l', last)
+save(raw, reset, string.format('%d %d', tokens, last))
 return {allowed, fdiv(tokens, W), reset, retry, 0, reason}

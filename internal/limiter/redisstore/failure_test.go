@@ -1,0 +1,126 @@
+package redisstore
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/sluice-dev/sluice/internal/limiter"
+	"github.com/sluice-dev/sluice/internal/testutil/redisserver"
+)
+
+// failureBudget is the Timeout of the failure tests: the production default.
+const failureBudget = DefaultTimeout
+
+// failedTake makes one Take against a Redis that is down or hung, checks that it fails with an
+// *Error matching ErrUnavailable (and ErrTimeout when wantTimeout), and logs how long it took.
+// The bound asserted is loose (20 budgets, 1 s) so a busy machine does not make the test flaky;
+// without a deadline go-redis would wait its 3 s read timeout or more.
+func failedTake(t *testing.T, s *Store, lim limiter.Limit, wantTimeout bool) time.Duration {
+	t.Helper()
+	start := time.Now()
+	r, err := s.Take(context.Background(), "k", lim, 1, time.Now())
+	elapsed := time.Since(start)
+	if err == nil {
+		t.Fatalf("Take succeeded (%+v) against a Redis that is down", r)
+	}
+	var e *Error
+	if !errors.As(err, &e) || !errors.Is(err, ErrUnavailable) {
+		t.Fatalf("Take error %v (%T) is not an *Error matching ErrUnavailable", err, err)
+	}
+	if errors.Is(err, ErrTimeout) != wantTimeout || e.Timeout != wantTimeout {
+		t.Fatalf("Take error %v: errors.Is(ErrTimeout) = %v, want %v", err, errors.Is(err, ErrTimeout), wantTimeout)
+	}
+	if elapsed > 20*failureBudget {
+		t.Fatalf("Take took %s to fail, more than 20 times the %s budget", elapsed, failureBudget)
+	}
+	t.Logf("failed after %s (budget %s): %v", elapsed, failureBudget, err)
+	return elapsed
+}
+
+// TestKilledRedisFailsFast: after SIGKILL, calls fail at once as unavailable (connections are
+// refused); after a restart, which drops the script cache, the store recovers (NOSCRIPT falls
+// back to EVAL).
+func TestKilledRedisFailsFast(t *testing.T) {
+	srv := redisserver.Start(t)
+	s := New(newClient(t, srv.URL()), Options{Timeout: failureBudget, ServerTime: true})
+	for _, lim := range limits(10, time.Second, 0, time.Second) {
+		mustTake(t, s, "k", lim, 1, time.Time{})
+	}
+	srv.Kill()
+	lim := limiter.Limit{Algorithm: limiter.TokenBucket, Limit: 10, Window: time.Second}
+	for range 3 {
+		failedTake(t, s, lim, false)
+	}
+	srv.Restart()
+	for _, lim := range limits(10, time.Second, 0, time.Second) {
+		if r := mustTake(t, s, "k", lim, 1, time.Time{}); !r.Allowed {
+			t.Fatalf("%s after restart: %+v, want a fresh key's admission", limitName(lim), r)
+		}
+	}
+}
+
+// TestPausedRedisTimesOutWithinBudget: a server that accepts connections but never answers
+// (SIGSTOP) makes calls fail as timeouts after the budget, on a pooled connection and on a
+// new one; after SIGCONT the store works again.
+func TestPausedRedisTimesOutWithinBudget(t *testing.T) {
+	srv := redisserver.Start(t)
+	client := newClient(t, srv.URL())
+	s := New(client, Options{Timeout: failureBudget, ServerTime: true})
+	lim := limiter.Limit{Algorithm: limiter.FixedWindow, Limit: 1000, Window: time.Hour}
+	mustTake(t, s, "k", lim, 1, time.Time{})
+	srv.Pause()
+	for range 3 {
+		if d := failedTake(t, s, lim, true); d < failureBudget {
+			t.Fatalf("timed out after %s, before the %s budget", d, failureBudget)
+		}
+	}
+	srv.Resume()
+	// The requests that timed out may still run once Redis resumes: a timeout says "unknown",
+	// not "not counted". The store works again either way.
+	if r := mustTake(t, New(client, Options{Timeout: testTimeout, ServerTime: true}), "k", lim, 1, time.Time{}); !r.Allowed {
+		t.Fatalf("after resume: %+v", r)
+	}
+}
+
+// TestCallerCancelIsNotUnavailability: a caller that gives up is not Redis failing, so the
+// error must not trip a breaker that counts ErrUnavailable.
+func TestCallerCancelIsNotUnavailability(t *testing.T) {
+	srv := redisserver.Start(t)
+	s := New(newClient(t, srv.URL()), Options{ServerTime: true})
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	_, err := s.Take(ctx, "k", limiter.Limit{Algorithm: limiter.FixedWindow, Limit: 1, Window: time.Second}, 1, time.Time{})
+	if !errors.Is(err, context.Canceled) || errors.Is(err, ErrUnavailable) {
+		t.Fatalf("Take with a canceled context: %v; want context.Canceled, not ErrUnavailable", err)
+	}
+}
+
+// TestInvalidArguments: bad limits, costs and instants are the caller's errors, reported
+// without a round trip, never as ErrUnavailable.
+func TestInvalidArguments(t *testing.T) {
+	// A store whose Redis does not exist: any round trip would fail with ErrUnavailable.
+	s := New(newClient(t, "redis://127.0.0.1:1"), Options{})
+	ok := limiter.Limit{Algorithm: limiter.FixedWindow, Limit: 1, Window: time.Second}
+	for name, tc := range map[string]struct {
+		lim  limiter.Limit
+		n    int64
+		now  time.Time
+		want error
+	}{
+		"zero limit":        {limiter.Limit{}, 1, at(0), limiter.ErrInvalidLimit},
+		"log limit too big": {limiter.Limit{Algorithm: limiter.SlidingWindowLog, Limit: limiter.MaxLogLimit + 1, Window: time.Second}, 1, at(0), limiter.ErrInvalidLimit},
+		"sub-ms window":     {limiter.Limit{Algorithm: limiter.FixedWindow, Limit: 1, Window: time.Second + 1}, 1, at(0), limiter.ErrInvalidLimit},
+		"zero cost":         {ok, 0, at(0), limiter.ErrInvalidLimit},
+		"before the epoch":  {ok, 1, time.UnixMilli(-1), limiter.ErrInvalidTime},
+		"after MaxNowMs":    {ok, 1, time.UnixMilli(limiter.MaxNowMs + 1), limiter.ErrInvalidTime},
+	} {
+		t.Run(name, func(t *testing.T) {
+			_, err := s.Take(context.Background(), "k", tc.lim, tc.n, tc.now)
+			if !errors.Is(err, tc.want) || errors.Is(err, ErrUnavailable) {
+				t.Fatalf("Take: %v, want %v", err, tc.want)
+			}
+		})
+	}
+}
