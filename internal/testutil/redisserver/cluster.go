@@ -4,7 +4,6 @@ import (
 	"os/exec"
 	"strconv"
 	"strings"
-	"testing"
 	"time"
 )
 
@@ -20,7 +19,7 @@ type Cluster struct {
 // StartCluster runs n cluster-enabled redis-servers (n >= 3, Redis Cluster's minimum of
 // masters), joins them with `redis-cli --cluster create`, and waits until every node reports
 // cluster_state:ok. Cleanup is registered with the test.
-func StartCluster(t testing.TB, n int, opts ...Option) *Cluster {
+func StartCluster(t TB, n int, opts ...Option) *Cluster {
 	t.Helper()
 	if n < 3 {
 		t.Fatalf("redisserver: a cluster needs at least 3 masters, got %d", n)
@@ -52,7 +51,7 @@ func (c *Cluster) Addrs() []string {
 
 // waitOK polls CLUSTER INFO on every node until all say cluster_state:ok and know every
 // other node, so a client's first CLUSTER SLOTS sees the final slot map.
-func (c *Cluster) waitOK(t testing.TB, createOutput []byte) {
+func (c *Cluster) waitOK(t TB, createOutput []byte) {
 	t.Helper()
 	deadline := time.Now().Add(clusterTimeout)
 	want := "cluster_known_nodes:" + strconv.Itoa(len(c.Servers))

@@ -22,9 +22,17 @@ import (
 	"strings"
 	"sync"
 	"syscall"
-	"testing"
 	"time"
 )
+
+// TB is the part of testing.TB the helper uses. Tests pass their *testing.T; a program such
+// as the local demo passes its own implementation, whose Fatalf must not return.
+type TB interface {
+	Helper()
+	Fatalf(format string, args ...any)
+	Cleanup(func())
+	TempDir() string
+}
 
 // startTimeout bounds how long a server may take to answer PING after it is started.
 const startTimeout = 10 * time.Second
@@ -52,7 +60,7 @@ func withCluster() Option {
 // Server is one redis-server process owned by a test. Its methods are safe for concurrent use,
 // but a test normally drives it from one goroutine.
 type Server struct {
-	t    testing.TB
+	t    TB
 	bin  string
 	dir  string
 	port int
@@ -67,7 +75,7 @@ type Server struct {
 // Start runs a redis-server on a free loopback port and waits until it answers PING. The
 // server is killed and its directory removed when the test ends. Start fails the test when
 // redis-server is not on PATH or does not come up.
-func Start(t testing.TB, opts ...Option) *Server {
+func Start(t TB, opts ...Option) *Server {
 	t.Helper()
 	bin := lookPath(t, "redis-server")
 	var cfg config
@@ -288,7 +296,7 @@ func (s *Server) log() string {
 	return string(b)
 }
 
-func lookPath(t testing.TB, name string) string {
+func lookPath(t TB, name string) string {
 	t.Helper()
 	p, err := exec.LookPath(name)
 	if err != nil {
