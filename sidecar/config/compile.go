@@ -1,0 +1,234 @@
+// Package config loads the sidecar's configuration: policies.json and this pod's labels, the
+// policies whose selectors match the labels, compiled into what the request path uses
+// (matchers, key builders, limits and this pod's local share of them, metric handles). It
+// watches both files and swaps a new configuration in atomically; a file that does not load
+// never replaces a good configuration.
+package config
+
+import (
+	"bufio"
+	"bytes"
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/sluice-dev/sluice/internal/limiter"
+	"github.com/sluice-dev/sluice/internal/policy"
+	"github.com/sluice-dev/sluice/sidecar/keys"
+	"github.com/sluice-dev/sluice/sidecar/metrics"
+)
+
+// FailureMode is what a policy does when Redis cannot decide.
+type FailureMode uint8
+
+// The failure modes of the rendered format.
+const (
+	FailLocal FailureMode = iota
+	FailOpen
+	FailClosed
+)
+
+// Config is one compiled configuration. It is immutable once published and safe for
+// concurrent use.
+type Config struct {
+	// Generation counts the configurations this process has published, starting at 1.
+	Generation uint64
+	// Present is false when policies.json does not exist: traffic passes through unlimited.
+	Present bool
+	// Namespace is the document's namespace.
+	Namespace string
+	// Policies are the selected policies, in the document's order (by name).
+	Policies []*Policy
+	// Labels are the pod labels the policies were selected with.
+	Labels map[string]string
+	// hash identifies the inputs, so an unchanged re-read publishes nothing.
+	hash string
+}
+
+// Policy is a compiled policy.Policy.
+type Policy struct {
+	Name        string
+	FailureMode FailureMode
+	// StatusCode answers a limited request.
+	StatusCode int
+	// Draft and Legacy select the rate-limit header styles.
+	Draft, Legacy bool
+	Rules         []*Rule
+	Fallback      *metrics.Fallback
+}
+
+// Rule is a compiled policy.Rule.
+type Rule struct {
+	Policy *Policy
+	Name   string
+	Match  keys.Match
+	Key    keys.Key
+	// Limit is the rule's limit, shared by every replica through Redis.
+	Limit limiter.Limit
+	// Local is this pod's share of Limit, used without Redis: Limit and Burst divided by
+	// max(1, replicas), rounded down, at least 1.
+	Local limiter.Limit
+	// Cost is the default cost; CostHeader, when set, may carry another (1..Capacity).
+	Cost       int64
+	CostHeader string
+	// Shadow rules count and report but never deny or delay.
+	Shadow bool
+	// Queue is true for LeakyBucket Queue rules, which delay requests.
+	Queue bool
+	// DraftPolicy is the RateLimit-Policy field value, `"name";q=capacity;w=seconds`.
+	DraftPolicy string
+	// LimitValue is the X-RateLimit-Limit value, the capacity in decimal.
+	LimitValue string
+	// Quoted is the rule name as a structured-field string, for the RateLimit field.
+	Quoted  string
+	Metrics *metrics.Rule
+}
+
+// CostOf returns the cost of r under the rule: CostHeader's value when it is a positive
+// integer within capacity, the rule's Cost otherwise.
+func (r *Rule) CostOf(header map[string][]string) int64 {
+	if r.CostHeader != "" {
+		if vs := header[r.CostHeader]; len(vs) > 0 {
+			if n, ok := keys.ParseCost(vs[0], r.Limit.Capacity()); ok {
+				return n
+			}
+		}
+	}
+	return r.Cost
+}
+
+// LocalCost is cost clamped to the local share's capacity: a request the shared limit could
+// admit is never refused outright (ReasonCostExceedsCapacity) because the share is smaller.
+func (r *Rule) LocalCost(cost int64) int64 { return min(cost, r.Local.Capacity()) }
+
+// Compile selects the policies of doc that match labels and compiles them. m provides the
+// metric handles.
+func Compile(doc *policy.Document, labels map[string]string, m *metrics.Metrics) (*Config, error) {
+	c := &Config{Present: true, Namespace: doc.Namespace, Labels: labels}
+	for _, p := range doc.Policies {
+		if !p.Selects(labels) {
+			continue
+		}
+		cp, err := compilePolicy(p, m)
+		if err != nil {
+			return nil, fmt.Errorf("policy %s: %w", p.Name, err)
+		}
+		c.Policies = append(c.Policies, cp)
+	}
+	return c, nil
+}
+
+func compilePolicy(p policy.Policy, m *metrics.Metrics) (*Policy, error) {
+	trusted, err := keys.ParseTrusted(p.TrustedProxies)
+	if err != nil {
+		return nil, fmt.Errorf("trustedProxies: %w", err)
+	}
+	cp := &Policy{
+		Name:       p.Name,
+		StatusCode: p.Response.StatusCode,
+		Draft:      p.Response.Headers == "Draft" || p.Response.Headers == "Both",
+		Legacy:     p.Response.Headers == "Legacy" || p.Response.Headers == "Both",
+		Fallback:   m.ForPolicy(p.Name),
+	}
+	switch p.FailureMode {
+	case "Open":
+		cp.FailureMode = FailOpen
+	case "Closed":
+		cp.FailureMode = FailClosed
+	default:
+		cp.FailureMode = FailLocal
+	}
+	if cp.StatusCode == 0 {
+		cp.StatusCode = 429
+	}
+	for _, r := range p.Rules {
+		lim := r.LimiterLimit()
+		if err := lim.Validate(); err != nil {
+			return nil, fmt.Errorf("rule %s: %w", r.Name, err)
+		}
+		quoted := strconv.Quote(r.Name) // rule names are DNS labels: a valid sf-string as is
+		window := ceilSeconds(lim.Window)
+		cp.Rules = append(cp.Rules, &Rule{
+			Policy:      cp,
+			Name:        r.Name,
+			Match:       keys.CompileMatch(r.Match),
+			Key:         keys.CompileKey(p.Name, r.Name, r.Key, trusted),
+			Limit:       lim,
+			Local:       LocalShare(lim, p.Replicas),
+			Cost:        max(r.Cost, 1),
+			CostHeader:  r.CostHeader,
+			Shadow:      r.Mode == "Shadow",
+			Queue:       lim.Algorithm == limiter.LeakyBucket && lim.Mode == limiter.Queue,
+			DraftPolicy: quoted + ";q=" + strconv.FormatInt(lim.Capacity(), 10) + ";w=" + strconv.FormatInt(window, 10),
+			LimitValue:  strconv.FormatInt(lim.Capacity(), 10),
+			Quoted:      quoted,
+			Metrics:     m.ForRule(p.Name, r.Name),
+		})
+	}
+	return cp, nil
+}
+
+// LocalShare is one pod's share of lim among replicas pods: Limit and Burst divided by
+// max(1, replicas), rounded down and at least 1. Rounding down keeps the sum of the shares at
+// or below the shared limit, so an outage never admits more than the limit promised (at the
+// price of admitting less when the division is not exact); at least 1 keeps every pod
+// serving. The window, algorithm and MaxDelay stay: a bucket's rate is divided with Limit.
+func LocalShare(lim limiter.Limit, replicas int32) limiter.Limit {
+	n := max(int64(replicas), 1)
+	lim.Limit = max(lim.Limit/n, 1)
+	if lim.Burst > 0 {
+		lim.Burst = max(lim.Burst/n, 1)
+	}
+	return lim
+}
+
+// ceilSeconds is d in whole seconds, rounded up, at least 1: the draft's w is an integer.
+func ceilSeconds(d time.Duration) int64 {
+	s := int64((d + time.Second - 1) / time.Second)
+	return max(s, 1)
+}
+
+// ParseLabels parses a downward API labels file: one `key="value"` per line, the value a Go
+// quoted string. Blank lines are skipped; anything else malformed is an error.
+func ParseLabels(data []byte) (map[string]string, error) {
+	labels := map[string]string{}
+	sc := bufio.NewScanner(bytes.NewReader(data))
+	sc.Buffer(make([]byte, 0, 4096), 1<<20)
+	for n := 1; sc.Scan(); n++ {
+		line := strings.TrimSpace(sc.Text())
+		if line == "" {
+			continue
+		}
+		k, v, ok := strings.Cut(line, "=")
+		if !ok || k == "" || strings.ContainsAny(k, " \t\"") {
+			return nil, fmt.Errorf("labels line %d: want key=\"value\", got %q", n, line)
+		}
+		uv, err := strconv.Unquote(v)
+		if err != nil || !strings.HasPrefix(v, `"`) {
+			return nil, fmt.Errorf("labels line %d: value of %s is not a quoted string: %q", n, k, v)
+		}
+		labels[k] = uv
+	}
+	if err := sc.Err(); err != nil {
+		return nil, fmt.Errorf("labels: %w", err)
+	}
+	return labels, nil
+}
+
+// ParseLabelList parses "k=v,k2=v2" (the --pod-labels flag).
+func ParseLabelList(s string) (map[string]string, error) {
+	labels := map[string]string{}
+	for _, kv := range strings.Split(s, ",") {
+		kv = strings.TrimSpace(kv)
+		if kv == "" {
+			continue
+		}
+		k, v, ok := strings.Cut(kv, "=")
+		if !ok || strings.TrimSpace(k) == "" {
+			return nil, fmt.Errorf("pod label %q is not key=value", kv)
+		}
+		labels[strings.TrimSpace(k)] = strings.TrimSpace(v)
+	}
+	return labels, nil
+}

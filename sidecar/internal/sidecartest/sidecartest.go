@@ -1,0 +1,145 @@
+// Package sidecartest holds helpers for the sidecar's tests: policy documents, a directory
+// updated the way kubelet updates a mounted ConfigMap, and polling with a deadline.
+package sidecartest
+
+import (
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/sluice-dev/sluice/internal/policy"
+)
+
+// Policy returns a valid policy selecting every pod, with one replica, failure mode Local,
+// status 429 and both header styles, and rules; muts change it.
+func Policy(name string, rules []policy.Rule, muts ...func(*policy.Policy)) policy.Policy {
+	p := policy.Policy{
+		Name:        name,
+		Replicas:    1,
+		FailureMode: "Local",
+		Response:    policy.Response{StatusCode: 429, Headers: "Both"},
+		Rules:       rules,
+	}
+	for _, m := range muts {
+		m(&p)
+	}
+	return p
+}
+
+// Rule returns an enforced TokenBucket rule of limit per window (burst limit) keyed by client
+// IP; muts change it. A bucket, unlike a fixed window, has no boundary a test could straddle:
+// with a long window, limit requests pass and the next is denied.
+func Rule(name string, limit int64, window time.Duration, muts ...func(*policy.Rule)) policy.Rule {
+	r := policy.Rule{
+		Name:      name,
+		Key:       []policy.KeyPart{{Source: policy.SourceClientIP}},
+		Algorithm: "TokenBucket",
+		Limit:     limit,
+		Burst:     limit,
+		WindowMs:  window.Milliseconds(),
+		Cost:      1,
+		Mode:      "Enforce",
+	}
+	for _, m := range muts {
+		m(&r)
+	}
+	return r
+}
+
+// Doc renders policies as policies.json, failing the test if the result does not parse.
+func Doc(t testing.TB, policies ...policy.Policy) []byte {
+	t.Helper()
+	d := &policy.Document{Version: policy.Version, Namespace: "test", Policies: policies}
+	b, err := policy.Marshal(d)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := policy.Parse(b); err != nil {
+		t.Fatalf("test document does not parse: %v\n%s", err, b)
+	}
+	return b
+}
+
+// JSON marshals v or fails the test.
+func JSON(t testing.TB, v any) []byte {
+	t.Helper()
+	b, err := json.Marshal(v)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
+
+// AtomicDir is a directory updated as kubelet updates a ConfigMap or downward API volume:
+// each version is a new timestamped directory, a ..data_tmp symlink to it is renamed over
+// ..data, and each file is a symlink name -> ..data/name.
+type AtomicDir struct {
+	Dir string
+	n   int
+	old string
+}
+
+// NewAtomicDir returns an empty AtomicDir in a temporary directory.
+func NewAtomicDir(t testing.TB) *AtomicDir {
+	return &AtomicDir{Dir: t.TempDir()}
+}
+
+// Path is the path of a file of the volume.
+func (a *AtomicDir) Path(name string) string { return filepath.Join(a.Dir, name) }
+
+// Write publishes a new version holding files.
+func (a *AtomicDir) Write(t testing.TB, files map[string][]byte) {
+	t.Helper()
+	a.n++
+	ts := fmt.Sprintf("..%s.%d", time.Now().UTC().Format("2006_01_02_15_04_05"), a.n)
+	dir := filepath.Join(a.Dir, ts)
+	if err := os.Mkdir(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	for name, b := range files {
+		if err := os.WriteFile(filepath.Join(dir, name), b, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	tmp := filepath.Join(a.Dir, "..data_tmp")
+	if err := os.Symlink(ts, tmp); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Rename(tmp, filepath.Join(a.Dir, "..data")); err != nil {
+		t.Fatal(err)
+	}
+	for name := range files {
+		link := filepath.Join(a.Dir, name)
+		if _, err := os.Lstat(link); os.IsNotExist(err) {
+			if err := os.Symlink(filepath.Join("..data", name), link); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	if a.old != "" {
+		if err := os.RemoveAll(filepath.Join(a.Dir, a.old)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	a.old = ts
+}
+
+// Eventually calls f until it returns nil or timeout passes, then fails the test with f's
+// last error.
+func Eventually(t testing.TB, timeout time.Duration, f func() error) {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	for {
+		err := f()
+		if err == nil {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("not within %s: %v", timeout, err)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}

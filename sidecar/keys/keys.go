@@ -1,0 +1,317 @@
+// Package keys turns an HTTP request into what a rule needs: whether the rule matches it, the
+// client address (X-Forwarded-For believed only from trusted proxies), the limiter key, and the
+// request's cost. Everything is compiled once per configuration so that a request costs no
+// parsing beyond its own bytes and, for the key, one buffer the caller provides.
+package keys
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"net/http"
+	"net/netip"
+	"net/url"
+	"strconv"
+	"strings"
+
+	"github.com/sluice-dev/sluice/internal/policy"
+)
+
+// MaxPartLen is the longest key part value kept verbatim; longer values are replaced by a hash,
+// so a limiter key stays short whatever a client sends.
+const MaxPartLen = 64
+
+// Trusted is the set of networks whose X-Forwarded-For a policy believes. The zero value trusts
+// nobody. It is immutable and safe for concurrent use.
+type Trusted struct {
+	prefixes []netip.Prefix
+}
+
+// ParseTrusted parses CIDRs (policy.Policy.TrustedProxies).
+func ParseTrusted(cidrs []string) (Trusted, error) {
+	var t Trusted
+	for _, c := range cidrs {
+		p, err := netip.ParsePrefix(c)
+		if err != nil {
+			return Trusted{}, err
+		}
+		t.prefixes = append(t.prefixes, p.Masked())
+	}
+	return t, nil
+}
+
+// Empty reports whether t trusts nobody.
+func (t Trusted) Empty() bool { return len(t.prefixes) == 0 }
+
+// Contains reports whether a is inside one of the trusted networks. IPv4-mapped IPv6 addresses
+// are compared as IPv4.
+func (t Trusted) Contains(a netip.Addr) bool {
+	a = a.Unmap()
+	for _, p := range t.prefixes {
+		if p.Contains(a) {
+			return true
+		}
+	}
+	return false
+}
+
+// ParseRemoteAddr parses http.Request.RemoteAddr ("ip:port", "[ipv6]:port") into an address
+// without zone or IPv4 mapping. ok is false when it is not an IP address (e.g. a unix socket).
+func ParseRemoteAddr(s string) (netip.Addr, bool) {
+	if ap, err := netip.ParseAddrPort(s); err == nil {
+		return ap.Addr().Unmap().WithZone(""), true
+	}
+	if a, err := netip.ParseAddr(s); err == nil {
+		return a.Unmap().WithZone(""), true
+	}
+	return netip.Addr{}, false
+}
+
+// parseHop parses one X-Forwarded-For element: an address, optionally with a port
+// ("1.2.3.4:5", "[::1]:5") or in brackets, surrounded by optional whitespace.
+func parseHop(s string) (netip.Addr, bool) {
+	s = strings.TrimSpace(s)
+	if a, err := netip.ParseAddr(s); err == nil {
+		return a.Unmap().WithZone(""), true
+	}
+	if ap, err := netip.ParseAddrPort(s); err == nil {
+		return ap.Addr().Unmap().WithZone(""), true
+	}
+	if len(s) > 2 && s[0] == '[' && s[len(s)-1] == ']' {
+		if a, err := netip.ParseAddr(s[1 : len(s)-1]); err == nil {
+			return a.Unmap().WithZone(""), true
+		}
+	}
+	return netip.Addr{}, false
+}
+
+// ClientIP returns the address a request is keyed by. It is peer (the TCP peer) unless peer is
+// trusted; then X-Forwarded-For (xff, the header's lines in order, each a comma-separated list)
+// is walked from the right, skipping trusted addresses, and the first untrusted address is the
+// client. The walk stops at an element that is not an address: everything left of it was
+// written by someone we cannot vouch for, so the last trusted hop seen is used. When every
+// element is trusted, the left-most is used.
+//
+// A client that is not a trusted proxy can therefore not change its key by sending the header,
+// and one behind a trusted proxy can only prepend entries, which the walk never reaches.
+func ClientIP(peer netip.Addr, xff []string, t Trusted) netip.Addr {
+	if t.Empty() || !t.Contains(peer) {
+		return peer
+	}
+	client := peer
+	for i := len(xff) - 1; i >= 0; i-- {
+		line := xff[i]
+		for {
+			var elem string
+			if j := strings.LastIndexByte(line, ','); j >= 0 {
+				elem, line = line[j+1:], line[:j]
+			} else {
+				elem, line = line, ""
+			}
+			if strings.TrimSpace(elem) == "" {
+				if line == "" {
+					break
+				}
+				continue // tolerate "a,,b" and trailing commas
+			}
+			a, ok := parseHop(elem)
+			if !ok {
+				return client
+			}
+			if !t.Contains(a) {
+				return a
+			}
+			client = a
+			if line == "" {
+				break
+			}
+		}
+	}
+	return client
+}
+
+// Match is a compiled policy.Match. The zero value matches every request.
+type Match struct {
+	pathPrefix string
+	methods    []string
+	headers    []policy.HeaderMatch
+}
+
+// CompileMatch compiles m; nil matches every request.
+func CompileMatch(m *policy.Match) Match {
+	if m == nil {
+		return Match{}
+	}
+	return Match{pathPrefix: m.PathPrefix, methods: m.Methods, headers: m.Headers}
+}
+
+// Matches reports whether r satisfies every condition. Header names are canonical already
+// (the rendered format guarantees it), so the lookup is a plain map access.
+func (m *Match) Matches(r *http.Request) bool {
+	if m.pathPrefix != "" && !strings.HasPrefix(r.URL.Path, m.pathPrefix) {
+		return false
+	}
+	if len(m.methods) > 0 {
+		found := false
+		for _, meth := range m.methods {
+			if meth == r.Method {
+				found = true
+				break
+			}
+		}
+		if !found {
+			return false
+		}
+	}
+	for _, h := range m.headers {
+		vs := r.Header[h.Name]
+		if len(vs) == 0 || vs[0] != h.Value {
+			return false
+		}
+	}
+	return true
+}
+
+// Request carries one request and what its keys reuse: the parsed peer address. The zero value
+// is not usable; see NewRequest.
+type Request struct {
+	R      *http.Request
+	peer   netip.Addr
+	peerOK bool
+}
+
+// NewRequest wraps r.
+func NewRequest(r *http.Request) Request {
+	peer, ok := ParseRemoteAddr(r.RemoteAddr)
+	return Request{R: r, peer: peer, peerOK: ok}
+}
+
+// Key builds the limiter keys of one rule. It is immutable and safe for concurrent use.
+//
+// A key is the policy and rule names and each part's value, every one written as
+// <decimal length>:<bytes>, so no two different inputs give the same key whatever bytes they
+// contain. A value longer than MaxPartLen is written as #<32 hex digits of its SHA-256>
+// instead (the '#' cannot start a length). When a header or query parameter the key needs is
+// absent or empty, the key is the rule's one shared "missing" key, <prefix>?, which is limited
+// like any other: leaving a header out is not a way around the limit.
+type Key struct {
+	prefix  string
+	parts   []policy.KeyPart
+	trusted Trusted
+}
+
+// CompileKey compiles the key of rule in policyName, with the policy's trusted proxies.
+func CompileKey(policyName, rule string, parts []policy.KeyPart, trusted Trusted) Key {
+	var b []byte
+	b = appendPart(b, policyName)
+	b = appendPart(b, rule)
+	return Key{prefix: string(b), parts: parts, trusted: trusted}
+}
+
+// Missing is the rule's shared key for requests lacking a part.
+func (k *Key) Missing() string { return k.prefix + "?" }
+
+// Append appends the key of req to dst and returns it.
+func (k *Key) Append(dst []byte, req *Request) []byte {
+	start := len(dst)
+	dst = append(dst, k.prefix...)
+	for _, p := range k.parts {
+		switch p.Source {
+		case policy.SourceClientIP:
+			if !req.peerOK {
+				dst = appendPart(dst, req.R.RemoteAddr)
+				continue
+			}
+			a := ClientIP(req.peer, req.R.Header["X-Forwarded-For"], k.trusted)
+			n := len(dst)
+			dst = append(dst, "00:"...) // an address is at most 39 bytes (IPv6)
+			dst = a.AppendTo(dst)
+			l := len(dst) - n - 3
+			dst[n], dst[n+1] = byte('0'+l/10), byte('0'+l%10)
+		case policy.SourceHeader:
+			vs := req.R.Header[p.Name]
+			if len(vs) == 0 || vs[0] == "" {
+				return append(dst[:start], k.Missing()...)
+			}
+			dst = appendPart(dst, vs[0])
+		case policy.SourceQuery:
+			v, ok := QueryValue(req.R.URL.RawQuery, p.Name)
+			if !ok || v == "" {
+				return append(dst[:start], k.Missing()...)
+			}
+			dst = appendPart(dst, v)
+		case policy.SourcePath:
+			dst = appendPart(dst, req.R.URL.Path)
+		case policy.SourceMethod:
+			dst = appendPart(dst, req.R.Method)
+		}
+	}
+	return dst
+}
+
+func appendPart(dst []byte, v string) []byte {
+	if len(v) > MaxPartLen {
+		sum := sha256.Sum256([]byte(v))
+		dst = append(dst, '#')
+		return hex.AppendEncode(dst, sum[:16])
+	}
+	dst = strconv.AppendInt(dst, int64(len(v)), 10)
+	dst = append(dst, ':')
+	return append(dst, v...)
+}
+
+// QueryValue returns the first value of query parameter name in a raw query string, decoded
+// as url.ParseQuery would, without building the whole map. ok is false when the parameter is
+// absent or the query does not decode.
+func QueryValue(raw, name string) (string, bool) {
+	for raw != "" {
+		var pair string
+		pair, raw, _ = strings.Cut(raw, "&")
+		if pair == "" {
+			continue
+		}
+		k, v, _ := strings.Cut(pair, "=")
+		if strings.ContainsAny(k, "%+") {
+			var err error
+			if k, err = url.QueryUnescape(k); err != nil {
+				continue
+			}
+		}
+		if k != name {
+			continue
+		}
+		if strings.ContainsAny(v, "%+") {
+			dv, err := url.QueryUnescape(v)
+			if err != nil {
+				return "", false
+			}
+			return dv, true
+		}
+		return v, true
+	}
+	return "", false
+}
+
+// ParseCost parses a cost header value: a positive decimal integer no larger than capacity,
+// with optional surrounding whitespace and nothing else (no sign, no exponent, no second
+// value). ok is false for anything else; the caller then uses the rule's cost.
+func ParseCost(v string, capacity int64) (int64, bool) {
+	v = strings.Trim(v, " \t")
+	if v == "" || len(v) > 19 {
+		return 0, false
+	}
+	var n int64
+	for i := 0; i < len(v); i++ {
+		c := v[i]
+		if c < '0' || c > '9' {
+			return 0, false
+		}
+		n = n*10 + int64(c-'0')
+		if n > capacity {
+			return 0, false
+		}
+	}
+	if n < 1 {
+		return 0, false
+	}
+	return n, true
+}

@@ -1,0 +1,163 @@
+// Package metrics holds the sidecar's Prometheus metrics. Labels are policy and rule names from
+// the configuration, decisions, states and error kinds: a bounded set. Client keys never become
+// labels.
+package metrics
+
+import (
+	"io"
+	"net/http"
+	httppprof "net/http/pprof"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+)
+
+// Decision label values of sluice_requests_total.
+const (
+	Allowed      = "allowed"
+	Denied       = "denied"
+	ShadowDenied = "shadow_denied"
+)
+
+// Metrics are the sidecar's collectors, registered on one registry. Safe for concurrent use.
+type Metrics struct {
+	Registry *prometheus.Registry
+
+	requests           *prometheus.CounterVec
+	fallback           *prometheus.CounterVec
+	DecisionSeconds    prometheus.Histogram
+	RedisErrors        *prometheus.CounterVec
+	BreakerState       prometheus.Gauge
+	BreakerTransitions *prometheus.CounterVec
+	ConfigGeneration   prometheus.Gauge
+	ConfigReloads      prometheus.Counter
+	ReloadFailures     prometheus.Counter
+	ConfigPolicies     prometheus.Gauge
+	QueueDelaySeconds  prometheus.Histogram
+	QueueAbandoned     prometheus.Counter
+	UpstreamErrors     prometheus.Counter
+}
+
+// New creates the collectors and registers them, with the Go and process collectors, on a new
+// registry.
+func New() *Metrics {
+	m := &Metrics{
+		Registry: prometheus.NewRegistry(),
+		requests: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "sluice_requests_total",
+			Help: "Rule decisions by policy, rule and decision (allowed, denied, shadow_denied). A request counts once per matching rule.",
+		}, []string{"policy", "rule", "decision"}),
+		fallback: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "sluice_fallback_decisions_total",
+			Help: "Rule decisions made without Redis (breaker open, Redis failed, or no Redis configured), by policy and failure mode (local, open, closed).",
+		}, []string{"policy", "mode"}),
+		DecisionSeconds: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name:    "sluice_decision_duration_seconds",
+			Help:    "Time to decide a request over all its matching rules, excluding queue delay.",
+			Buckets: []float64{.00005, .0001, .00025, .0005, .001, .0025, .005, .01, .025, .05, .1, .25},
+		}),
+		RedisErrors: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "sluice_redis_errors_total",
+			Help: "Redis calls that failed, by kind (timeout, unavailable).",
+		}, []string{"kind"}),
+		BreakerState: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "sluice_breaker_state",
+			Help: "Redis circuit breaker state: 0 closed, 1 half-open, 2 open.",
+		}),
+		BreakerTransitions: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "sluice_breaker_transitions_total",
+			Help: "Redis circuit breaker state changes, by target state.",
+		}, []string{"to"}),
+		ConfigGeneration: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "sluice_config_generation",
+			Help: "Generation of the configuration in use; increases with every successful reload that changed something.",
+		}),
+		ConfigReloads: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "sluice_config_reloads_total",
+			Help: "Successful configuration loads that changed the configuration in use.",
+		}),
+		ReloadFailures: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "sluice_config_reload_failures_total",
+			Help: "Configuration loads that failed (unreadable, unparseable or invalid); the last good configuration stays in use.",
+		}),
+		ConfigPolicies: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "sluice_config_policies",
+			Help: "Policies in use: those of policies.json whose selector matches this pod's labels.",
+		}),
+		QueueDelaySeconds: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name:    "sluice_queue_delay_seconds",
+			Help:    "Delays imposed on requests by LeakyBucket Queue rules.",
+			Buckets: []float64{.001, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30},
+		}),
+		QueueAbandoned: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "sluice_queue_abandoned_total",
+			Help: "Queued requests whose client went away during the delay; they never reached the upstream.",
+		}),
+		UpstreamErrors: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "sluice_upstream_errors_total",
+			Help: "Requests the upstream could not answer (answered 502 by the sidecar).",
+		}),
+	}
+	m.Registry.MustRegister(m.requests, m.fallback, m.DecisionSeconds, m.RedisErrors, m.BreakerState,
+		m.BreakerTransitions, m.ConfigGeneration, m.ConfigReloads, m.ReloadFailures, m.ConfigPolicies,
+		m.QueueDelaySeconds, m.QueueAbandoned, m.UpstreamErrors,
+		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	return m
+}
+
+// Rule holds one rule's counters, resolved once when the configuration is compiled so that a
+// request does no label lookup.
+type Rule struct {
+	Allowed, Denied, ShadowDenied prometheus.Counter
+}
+
+// ForRule returns the counters of a rule.
+func (m *Metrics) ForRule(policyName, rule string) *Rule {
+	return &Rule{
+		Allowed:      m.requests.WithLabelValues(policyName, rule, Allowed),
+		Denied:       m.requests.WithLabelValues(policyName, rule, Denied),
+		ShadowDenied: m.requests.WithLabelValues(policyName, rule, ShadowDenied),
+	}
+}
+
+// Fallback holds one policy's fallback counters.
+type Fallback struct {
+	Local, Open, Closed prometheus.Counter
+}
+
+// ForPolicy returns the fallback counters of a policy.
+func (m *Metrics) ForPolicy(policyName string) *Fallback {
+	return &Fallback{
+		Local:  m.fallback.WithLabelValues(policyName, "local"),
+		Open:   m.fallback.WithLabelValues(policyName, "open"),
+		Closed: m.fallback.WithLabelValues(policyName, "closed"),
+	}
+}
+
+// AdminHandler serves the metrics listener: /metrics (Prometheus), /healthz (200 while the
+// process serves), /readyz (200 when ready returns nil, else 503 with the reason), and, with
+// pprof, /debug/pprof/.
+func (m *Metrics) AdminHandler(ready func() error, pprof bool) http.Handler {
+	mux := http.NewServeMux()
+	mux.Handle("/metrics", promhttp.HandlerFor(m.Registry, promhttp.HandlerOpts{}))
+	mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) {
+		_, _ = io.WriteString(w, "ok\n")
+	})
+	mux.HandleFunc("/readyz", func(w http.ResponseWriter, _ *http.Request) {
+		if err := ready(); err != nil {
+			w.WriteHeader(http.StatusServiceUnavailable)
+			_, _ = io.WriteString(w, err.Error()+"\n")
+			return
+		}
+		_, _ = io.WriteString(w, "ok\n")
+	})
+	if pprof {
+		mux.HandleFunc("/debug/pprof/", httppprof.Index)
+		mux.HandleFunc("/debug/pprof/cmdline", httppprof.Cmdline)
+		mux.HandleFunc("/debug/pprof/profile", httppprof.Profile)
+		mux.HandleFunc("/debug/pprof/symbol", httppprof.Symbol)
+		mux.HandleFunc("/debug/pprof/trace", httppprof.Trace)
+	}
+	return mux
+}

@@ -1,0 +1,271 @@
+package proxy_test
+
+import (
+	"bufio"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"net/url"
+	"os"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus/testutil"
+
+	"github.com/sluice-dev/sluice/internal/limiter"
+	"github.com/sluice-dev/sluice/internal/limiter/redisstore"
+	"github.com/sluice-dev/sluice/internal/testutil/redisserver"
+	"github.com/sluice-dev/sluice/sidecar/breaker"
+	"github.com/sluice-dev/sluice/sidecar/config"
+	"github.com/sluice-dev/sluice/sidecar/internal/sidecartest"
+	"github.com/sluice-dev/sluice/sidecar/metrics"
+	"github.com/sluice-dev/sluice/sidecar/proxy"
+)
+
+// env is a sidecar handler in front of an httptest upstream, deciding with a real redis-server.
+type env struct {
+	t       *testing.T
+	up      *httptest.Server
+	hits    atomic.Int64
+	mu      sync.Mutex
+	arrived []time.Time // when the upstream saw each request
+	redis   *redisserver.Server
+	vol     *sidecartest.AtomicDir
+	loader  *config.Loader
+	m       *metrics.Metrics
+	brk     *breaker.Breaker
+	srv     *httptest.Server
+	client  *http.Client
+}
+
+type envOpt struct {
+	noRedis  bool
+	cooldown time.Duration
+	timeout  time.Duration
+}
+
+func newEnv(t *testing.T, doc []byte, o envOpt) *env {
+	t.Helper()
+	e := &env{t: t, m: metrics.New()}
+	e.up = httptest.NewServer(http.HandlerFunc(e.upstream))
+	t.Cleanup(e.up.Close)
+	e.vol = sidecartest.NewAtomicDir(t)
+	if doc != nil {
+		e.vol.Write(t, map[string][]byte{"policies.json": doc})
+	}
+	log := slog.New(slog.NewJSONHandler(io.Discard, nil))
+	if testing.Verbose() {
+		log = slog.New(slog.NewJSONHandler(os.Stderr, nil))
+	}
+	e.loader = config.NewLoader(e.vol.Path("policies.json"), "", map[string]string{"app": "test"}, e.m, log)
+	if err := e.loader.Load(); err != nil {
+		t.Fatal(err)
+	}
+	target, _ := url.Parse(e.up.URL)
+	opts := proxy.Options{
+		Upstream: target,
+		Config:   e.loader.Current,
+		Local:    limiter.NewMemoryStore(limiter.MemoryStoreOptions{}),
+		Metrics:  e.m,
+		Log:      log,
+	}
+	if !o.noRedis {
+		e.redis = redisserver.Start(t)
+		client, err := redisstore.NewClientFromURL(e.redis.URL())
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = client.Close() })
+		ro := redisstore.DefaultOptions()
+		ro.Timeout = cmp(o.timeout, 50*time.Millisecond)
+		opts.Remote = redisstore.New(client, ro)
+		cd := cmp(o.cooldown, 100*time.Millisecond)
+		e.brk = breaker.New(breaker.Options{Cooldown: cd, MaxCooldown: 4 * cd,
+			OnTransition: func(_, to breaker.State, _ time.Duration) { e.m.BreakerState.Set(float64(to)) }})
+		opts.Breaker = e.brk
+	}
+	e.srv = httptest.NewServer(proxy.New(opts))
+	t.Cleanup(e.srv.Close)
+	e.client = &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 64}}
+	t.Cleanup(e.client.CloseIdleConnections)
+	return e
+}
+
+func cmp(d, def time.Duration) time.Duration {
+	if d == 0 {
+		return def
+	}
+	return d
+}
+
+func (e *env) upstream(w http.ResponseWriter, r *http.Request) {
+	e.hits.Add(1)
+	e.mu.Lock()
+	e.arrived = append(e.arrived, time.Now())
+	e.mu.Unlock()
+	switch r.URL.Path {
+	case "/ws":
+		if !strings.EqualFold(r.Header.Get("Upgrade"), "websocket") {
+			http.Error(w, "no upgrade", 400)
+			return
+		}
+		conn, brw, err := http.NewResponseController(w).Hijack()
+		if err != nil {
+			return
+		}
+		defer conn.Close()
+		_, _ = brw.WriteString("HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n\r\n")
+		_ = brw.Flush()
+		line, _ := brw.ReadString('\n')
+		_, _ = brw.WriteString("echo:" + line)
+		_ = brw.Flush()
+		return
+	case "/stream":
+		fl := http.NewResponseController(w)
+		for i := 0; i < 3; i++ {
+			_, _ = io.WriteString(w, "chunk\n")
+			_ = fl.Flush()
+		}
+		return
+	case "/echo":
+		_, _ = io.Copy(w, r.Body)
+		return
+	}
+	w.Header().Set("X-Upstream-Xff", r.Header.Get("X-Forwarded-For"))
+	_, _ = io.WriteString(w, "ok")
+}
+
+// do sends a request and returns the response with its body read.
+func (e *env) do(method, path string, hdr map[string]string) (*http.Response, string) {
+	e.t.Helper()
+	req, err := http.NewRequest(method, e.srv.URL+path, nil)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	for k, v := range hdr {
+		req.Header.Set(k, v)
+	}
+	resp, err := e.client.Do(req)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	b, _ := io.ReadAll(resp.Body)
+	_ = resp.Body.Close()
+	return resp, string(b)
+}
+
+// codes sends n requests and returns their status codes.
+func (e *env) codes(n int, path string, hdr map[string]string) []int {
+	e.t.Helper()
+	out := make([]int, n)
+	for i := range out {
+		resp, _ := e.do("GET", path, hdr)
+		out[i] = resp.StatusCode
+	}
+	return out
+}
+
+func count(codes []int, code int) int {
+	n := 0
+	for _, c := range codes {
+		if c == code {
+			n++
+		}
+	}
+	return n
+}
+
+func (e *env) counter(policy, rule, decision string) float64 {
+	r := e.m.ForRule(policy, rule)
+	switch decision {
+	case metrics.Allowed:
+		return testutil.ToFloat64(r.Allowed)
+	case metrics.Denied:
+		return testutil.ToFloat64(r.Denied)
+	default:
+		return testutil.ToFloat64(r.ShadowDenied)
+	}
+}
+
+// load runs workers sending requests until stop is closed, each with headers hdr(i), and
+// counts answers by status. Transport errors are counted as status 0.
+type load struct {
+	stop  chan struct{}
+	wg    sync.WaitGroup
+	mu    sync.Mutex
+	codes map[int]int
+}
+
+func (e *env) startLoad(workers int, path string, hdr func(worker int) map[string]string) *load {
+	l := &load{stop: make(chan struct{}), codes: map[int]int{}}
+	for w := 0; w < workers; w++ {
+		l.wg.Add(1)
+		go func() {
+			defer l.wg.Done()
+			for {
+				select {
+				case <-l.stop:
+					return
+				default:
+				}
+				req, _ := http.NewRequest("GET", e.srv.URL+path, nil)
+				for k, v := range hdr(w) {
+					req.Header.Set(k, v)
+				}
+				code := 0
+				resp, err := e.client.Do(req)
+				if err == nil {
+					_, _ = io.Copy(io.Discard, resp.Body)
+					_ = resp.Body.Close()
+					code = resp.StatusCode
+				}
+				l.mu.Lock()
+				l.codes[code]++
+				l.mu.Unlock()
+			}
+		}()
+	}
+	return l
+}
+
+func (l *load) snapshot() map[int]int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	out := map[int]int{}
+	for k, v := range l.codes {
+		out[k] = v
+	}
+	return out
+}
+
+func (l *load) end() map[int]int {
+	close(l.stop)
+	l.wg.Wait()
+	return l.snapshot()
+}
+
+// rawUpgrade dials the sidecar and performs an Upgrade handshake by hand, returning the
+// connection after the 101.
+func rawUpgrade(t *testing.T, addr string) (net.Conn, *bufio.Reader) {
+	t.Helper()
+	conn, err := net.DialTimeout("tcp", addr, 5*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_ = conn.SetDeadline(time.Now().Add(10 * time.Second))
+	_, _ = io.WriteString(conn, "GET /ws HTTP/1.1\r\nHost: x\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n\r\n")
+	br := bufio.NewReader(conn)
+	resp, err := http.ReadResponse(br, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if resp.StatusCode != http.StatusSwitchingProtocols {
+		t.Fatalf("upgrade answered %d", resp.StatusCode)
+	}
+	return conn, br
+}
