@@ -2,6 +2,7 @@ package proxy_test
 
 import (
 	"bufio"
+	"context"
 	"io"
 	"log/slog"
 	"net"
@@ -39,12 +40,14 @@ type env struct {
 	loader  *config.Loader
 	m       *metrics.Metrics
 	brk     *breaker.Breaker
+	trans   atomic.Int64 // breaker transitions
 	srv     *httptest.Server
 	client  *http.Client
 }
 
 type envOpt struct {
 	noRedis  bool
+	watch    bool // run the loader's watch loop (file events only: the re-check is an hour)
 	cooldown time.Duration
 	timeout  time.Duration
 }
@@ -66,6 +69,13 @@ func newEnv(t *testing.T, doc []byte, o envOpt) *env {
 	if err := e.loader.Load(); err != nil {
 		t.Fatal(err)
 	}
+	if o.watch {
+		e.loader.Recheck = time.Hour
+		ctx, cancel := context.WithCancel(context.Background())
+		done := make(chan struct{})
+		go func() { _ = e.loader.Run(ctx); close(done) }()
+		t.Cleanup(func() { cancel(); <-done })
+	}
 	target, _ := url.Parse(e.up.URL)
 	opts := proxy.Options{
 		Upstream: target,
@@ -86,7 +96,10 @@ func newEnv(t *testing.T, doc []byte, o envOpt) *env {
 		opts.Remote = redisstore.New(client, ro)
 		cd := cmp(o.cooldown, 100*time.Millisecond)
 		e.brk = breaker.New(breaker.Options{Cooldown: cd, MaxCooldown: 4 * cd,
-			OnTransition: func(_, to breaker.State, _ time.Duration) { e.m.BreakerState.Set(float64(to)) }})
+			OnTransition: func(_, to breaker.State, _ time.Duration) {
+				e.m.BreakerState.Set(float64(to))
+				e.trans.Add(1)
+			}})
 		opts.Breaker = e.brk
 	}
 	e.srv = httptest.NewServer(proxy.New(opts))
