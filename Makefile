@@ -90,3 +90,17 @@ golangci-lint: $(GOLANGCI_LINT)-$(GOLANGCI_LINT_VERSION) ## Install golangci-lin
 $(GOLANGCI_LINT)-$(GOLANGCI_LINT_VERSION): | $(LOCALBIN)
 	GOBIN=$(LOCALBIN) go install github.com/golangci/golangci-lint/v2/cmd/golangci-lint@$(GOLANGCI_LINT_VERSION)
 	touch $@
+
+##@ Docs
+
+# The drive of docs/algorithms.png: 30 requests at once at 00:00:00.900 (2026-02-05, UTC), 100 ms
+# before a window boundary, then 25/s for 3 s, through a limit of 10 per 1 s (burst 10).
+.PHONY: plots
+plots: ## Redraw docs/algorithms.png, its trace and its table (docs/algorithms-trace.txt, docs/algorithms.txt).
+	@mkdir -p docs
+	t=1770249600900; { for i in {1..30}; do echo $$t; done; for i in {1..75}; do echo $$((t + 40 * i)); done; } > docs/algorithms-trace.txt
+	go run ./cmd/sluicectl simulate compare \
+	  --algorithms FixedWindow,SlidingWindowLog,SlidingWindowCounter,TokenBucket,LeakyBucket/Meter,LeakyBucket/Queue \
+	  --limit 10 --window 1s --burst 10 --max-delay 1s \
+	  --title "30 requests at once, then 25/s for 3 s, through a limit of 10 per 1 s (burst 10)" \
+	  --plot docs/algorithms.png < docs/algorithms-trace.txt | tee docs/algorithms.txt

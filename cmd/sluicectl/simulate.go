@@ -15,11 +15,20 @@ import (
 )
 
 const simulateUsage = `usage: sluicectl simulate --algorithm ALG --limit N --window D [--burst N]
-         [--mode Meter|Queue] [--max-delay D] [--cost N] [--store memory] [--summary] < arrivals
+         [--mode Meter|Queue] [--max-delay D] [--cost N] [--store memory] [--summary]
+         [--plot FILE.png [--plot-bucket D]] < arrivals
+       sluicectl simulate compare --algorithms ALG,ALG,... --limit N --window D [--burst N]
+         [--max-delay D] [--cost N] [--store memory] [--plot FILE.png [--plot-bucket D]]
+         [--title TEXT] < arrivals
 
 Replays arrivals, one per line in ms since the Unix epoch (non-decreasing; blank lines are
 ignored), through one key of a limiter, and prints "<ms> allow", "<ms> allow delay=<ms>"
-(LeakyBucket Queue) or "<ms> deny" for each, then "allowed=N denied=M".
+(LeakyBucket Queue) or "<ms> deny" for each, then "allowed=N denied=M". --plot also draws the
+requests offered and admitted per --plot-bucket (default window/10) into a PNG.
+
+compare replays the same arrivals through each algorithm (LeakyBucket/Queue names the leaky
+bucket in Queue mode) and prints, for each, the requests allowed and denied and the most admitted
+in any interval of one window; --plot draws one panel per algorithm.
 `
 
 // simulateKey is the one key the simulation uses.
@@ -28,6 +37,9 @@ const simulateKey = "simulate"
 // runSimulate implements `sluicectl simulate` and returns the exit code: 0 on success, 1 when the
 // input is bad or the store fails, 2 for a usage error.
 func runSimulate(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
+	if len(args) > 0 && args[0] == "compare" {
+		return runCompare(args[1:], stdin, stdout, stderr)
+	}
 	fs := flag.NewFlagSet("simulate", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	fs.Usage = func() {
@@ -43,6 +55,8 @@ func runSimulate(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	cost := fs.Int64("cost", 1, "units each arrival takes")
 	storeName := fs.String("store", "memory", "store to run the limiter on: memory")
 	summary := fs.Bool("summary", false, "print only the allowed=N denied=M line")
+	plotFile := fs.String("plot", "", "also draw requests offered and admitted over time into this PNG file")
+	plotBucket := fs.Duration("plot-bucket", 0, "the plot's bucket of time, a whole number of ms (default window/10)")
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return 0
@@ -70,6 +84,11 @@ func runSimulate(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "sluicectl simulate: cost %d is below 1\n", *cost)
 		return 2
 	}
+	bucket, err := plotBucketMs(*plotBucket, lim.Window)
+	if err != nil {
+		fmt.Fprintf(stderr, "sluicectl simulate: %v\n", err)
+		return 2
+	}
 	store, closeStore, err := openStore(*storeName)
 	if err != nil {
 		fmt.Fprintf(stderr, "sluicectl simulate: %v\n", err)
@@ -79,37 +98,20 @@ func runSimulate(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 
 	out := bufio.NewWriter(stdout)
 	defer out.Flush()
-	queue := lim.Algorithm == limiter.LeakyBucket && lim.Mode == limiter.Queue
-	ctx := context.Background()
+	queue := isQueue(lim)
 	allowed, denied := 0, 0
-	prev := int64(-1)
-	in := bufio.NewScanner(stdin)
-	for line := 1; in.Scan(); line++ {
-		text := strings.TrimSpace(in.Text())
-		if text == "" {
-			continue
-		}
-		at, err := strconv.ParseInt(text, 10, 64)
-		switch {
-		case err != nil:
-			return failInput(out, stderr, "line %d: %q is not a whole number of ms since the Unix epoch", line, text)
-		case at < 0 || at > limiter.MaxNowMs:
-			return failInput(out, stderr, "line %d: %d is outside 0..%d ms since the Unix epoch", line, at, limiter.MaxNowMs)
-		case at < prev:
-			return failInput(out, stderr, "line %d: %d is before the arrival before it (%d); arrivals must not decrease", line, at, prev)
-		}
-		prev = at
-		r, err := store.Take(ctx, simulateKey, lim, *cost, time.UnixMilli(at))
-		if err != nil {
-			return failInput(out, stderr, "line %d: %v", line, err)
-		}
+	run := newRun(lim, *cost)
+	err = replay(stdin, store, lim, *cost, func(at int64, r limiter.Result) {
 		if r.Allowed {
 			allowed++
 		} else {
 			denied++
 		}
+		if *plotFile != "" {
+			run.record(at, r)
+		}
 		if *summary {
-			continue
+			return
 		}
 		switch {
 		case !r.Allowed:
@@ -119,16 +121,62 @@ func runSimulate(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 		default:
 			fmt.Fprintf(out, "%d allow\n", at)
 		}
-	}
-	if err := in.Err(); err != nil {
-		return failInput(out, stderr, "reading arrivals: %v", err)
+	})
+	if err != nil {
+		return failInput(out, stderr, "%v", err)
 	}
 	fmt.Fprintf(out, "allowed=%d denied=%d\n", allowed, denied)
 	if err := out.Flush(); err != nil {
 		fmt.Fprintf(stderr, "sluicectl simulate: %v\n", err)
 		return 1
 	}
+	if *plotFile != "" {
+		if err := plotRuns(*plotFile, run.title(), []*simRun{run}, bucket); err != nil {
+			fmt.Fprintf(stderr, "sluicectl simulate: %v\n", err)
+			return 1
+		}
+	}
 	return 0
+}
+
+// isQueue reports whether lim is a leaky bucket in Queue mode, whose admitted requests wait.
+func isQueue(lim limiter.Limit) bool {
+	return lim.Algorithm == limiter.LeakyBucket && lim.Mode == limiter.Queue
+}
+
+// replay reads arrivals from in, one per line in ms since the Unix epoch (non-decreasing; blank
+// lines ignored), decides each with store under lim at cost, and calls each with the arrival and
+// the decision, in order. It stops at the first bad line or store error and returns it, naming
+// the line. simulate and simulate compare both run on it.
+func replay(in io.Reader, store limiter.Store, lim limiter.Limit, cost int64, each func(at int64, r limiter.Result)) error {
+	ctx := context.Background()
+	prev := int64(-1)
+	sc := bufio.NewScanner(in)
+	for line := 1; sc.Scan(); line++ {
+		text := strings.TrimSpace(sc.Text())
+		if text == "" {
+			continue
+		}
+		at, err := strconv.ParseInt(text, 10, 64)
+		switch {
+		case err != nil:
+			return fmt.Errorf("line %d: %q is not a whole number of ms since the Unix epoch", line, text)
+		case at < 0 || at > limiter.MaxNowMs:
+			return fmt.Errorf("line %d: %d is outside 0..%d ms since the Unix epoch", line, at, limiter.MaxNowMs)
+		case at < prev:
+			return fmt.Errorf("line %d: %d is before the arrival before it (%d); arrivals must not decrease", line, at, prev)
+		}
+		prev = at
+		r, err := store.Take(ctx, simulateKey, lim, cost, time.UnixMilli(at))
+		if err != nil {
+			return fmt.Errorf("line %d: %w", line, err)
+		}
+		each(at, r)
+	}
+	if err := sc.Err(); err != nil {
+		return fmt.Errorf("reading arrivals: %w", err)
+	}
+	return nil
 }
 
 // failInput flushes the decisions printed so far, reports a bad input and returns exit code 1.

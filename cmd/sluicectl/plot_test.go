@@ -1,0 +1,284 @@
+package main
+
+import (
+	"bytes"
+	"fmt"
+	"image"
+	"image/png"
+	"math/rand/v2"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+// decodePNG decodes file as a PNG and returns the image.
+func decodePNG(t *testing.T, file string) image.Image {
+	t.Helper()
+	f, err := os.Open(file)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	img, err := png.Decode(f)
+	if err != nil {
+		t.Fatalf("%s is not a PNG: %v", file, err)
+	}
+	return img
+}
+
+// colours counts the distinct colours of img: a blank canvas has one.
+func colours(img image.Image) int {
+	seen := map[[4]uint32]bool{}
+	b := img.Bounds()
+	for y := b.Min.Y; y < b.Max.Y; y += 2 {
+		for x := b.Min.X; x < b.Max.X; x += 2 {
+			r, g, bl, a := img.At(x, y).RGBA()
+			seen[[4]uint32{r, g, bl, a}] = true
+		}
+	}
+	return len(seen)
+}
+
+// figureTrace is the drive of docs/algorithms.png (make plots): 30 requests 900ms into a window,
+// then 25/s for 3s, so a window boundary falls 100ms after the burst.
+var figureTrace = arrivals(900, 0, 30) + arrivals(940, 40, 75)
+
+func TestSimulatePlot(t *testing.T) {
+	tests := map[string]struct{ args, input string }{
+		"fixed window, every decision": {"--algorithm FixedWindow --limit 10 --window 1s", figureTrace},
+		"summary":                      {"--algorithm SlidingWindowLog --limit 100 --window 60s --summary", boundary},
+		"queue prints delays":          {"--algorithm LeakyBucket --limit 10 --window 1s --mode Queue --max-delay 1s", figureTrace},
+		"own bucket":                   {"--algorithm TokenBucket --limit 10 --window 1s --burst 5 --plot-bucket 250ms", figureTrace},
+		"no arrivals":                  {"--algorithm SlidingWindowCounter --limit 1 --window 1s", ""},
+	}
+	for name, tc := range tests {
+		t.Run(name, func(t *testing.T) {
+			var want, wantErr bytes.Buffer
+			if code := runSimulate(strings.Fields(tc.args), strings.NewReader(tc.input), &want, &wantErr); code != 0 {
+				t.Fatalf("without --plot: exit %d, stderr %q", code, wantErr.String())
+			}
+			file := filepath.Join(t.TempDir(), "trace.png")
+			var stdout, stderr bytes.Buffer
+			args := append(strings.Fields(tc.args), "--plot", file)
+			if code := runSimulate(args, strings.NewReader(tc.input), &stdout, &stderr); code != 0 || stderr.Len() > 0 {
+				t.Fatalf("exit %d, stderr %q", code, stderr.String())
+			}
+			if stdout.String() != want.String() {
+				t.Errorf("--plot changed the output:\n%s\nwant:\n%s", stdout.String(), want.String())
+			}
+			img := decodePNG(t, file)
+			if b := img.Bounds(); b.Dx() != 800 || b.Dy() != 450 {
+				t.Errorf("image is %dx%d, want 800x450", b.Dx(), b.Dy())
+			}
+			if n := colours(img); n < 10 {
+				t.Errorf("image has %d colours: nothing drawn?", n)
+			}
+		})
+	}
+}
+
+func TestSimulatePlotErrors(t *testing.T) {
+	const ok = "--algorithm FixedWindow --limit 1 --window 1s"
+	dir := t.TempDir()
+	tests := map[string]struct {
+		args, input string
+		code        int
+		stdout      string
+		stderr      string // a part of it
+	}{
+		"bucket not in ms": {ok + " --plot x.png --plot-bucket 1500us", "", 2, "", "plot-bucket 1.5ms is not a whole number of milliseconds"},
+		"negative bucket":  {ok + " --plot x.png --plot-bucket -1s", "", 2, "", "plot-bucket -1s is not"},
+		// The text comes first and is complete; the plot fails after it.
+		"unwritable file": {ok + " --plot " + filepath.Join(dir, "no", "such", "dir.png"), arrivals(0, 0, 1), 1,
+			decisions(0, "allow") + "allowed=1 denied=0\n", "no such file or directory"},
+		"too many buckets": {"--algorithm FixedWindow --limit 1 --window 24h --plot-bucket 1ms --plot " + filepath.Join(dir, "big.png"),
+			arrivals(0, 0, 1), 1, decisions(0, "allow") + "allowed=1 denied=0\n", "raise --plot-bucket"},
+		"bad input draws nothing": {ok + " --plot " + filepath.Join(dir, "bad.png"), "x\n", 1, "", `line 1: "x" is not a whole number`},
+	}
+	for name, tc := range tests {
+		t.Run(name, func(t *testing.T) {
+			var stdout, stderr bytes.Buffer
+			code := runSimulate(strings.Fields(tc.args), strings.NewReader(tc.input), &stdout, &stderr)
+			if code != tc.code {
+				t.Errorf("exit %d, want %d (stderr %q)", code, tc.code, stderr.String())
+			}
+			if stdout.String() != tc.stdout {
+				t.Errorf("stdout %q, want %q", stdout.String(), tc.stdout)
+			}
+			if !strings.Contains(stderr.String(), tc.stderr) {
+				t.Errorf("stderr %q does not contain %q", stderr.String(), tc.stderr)
+			}
+		})
+	}
+	if _, err := os.Stat(filepath.Join(dir, "bad.png")); !os.IsNotExist(err) {
+		t.Errorf("a plot was written for bad input: %v", err)
+	}
+}
+
+// The numbers the README quotes for docs/algorithms.png: the fixed window lets 2x the limit
+// through around its boundary, the sliding log never more than the limit, the buckets their
+// burst plus what refills in 999ms, the queue the limit (it spaces requests 100ms apart).
+const figureTable = `algorithm             allowed   denied  max in any 1s
+FixedWindow                40       65             20
+SlidingWindowLog           31       74             10
+SlidingWindowCounter       37       68             18
+TokenBucket                40       65             19
+LeakyBucket/Meter          40       65             19
+LeakyBucket/Queue          40       65             10
+`
+
+func TestCompare(t *testing.T) {
+	file := filepath.Join(t.TempDir(), "algorithms.png")
+	args := "compare --algorithms FixedWindow,SlidingWindowLog,SlidingWindowCounter,TokenBucket,LeakyBucket/Meter,LeakyBucket/Queue" +
+		" --limit 10 --window 1s --burst 10 --max-delay 1s --plot " + file
+	var stdout, stderr bytes.Buffer
+	if code := runSimulate(strings.Fields(args), strings.NewReader(figureTrace), &stdout, &stderr); code != 0 || stderr.Len() > 0 {
+		t.Fatalf("exit %d, stderr %q", code, stderr.String())
+	}
+	if stdout.String() != figureTable {
+		t.Errorf("table:\n%s\nwant:\n%s", stdout.String(), figureTable)
+	}
+	img := decodePNG(t, file)
+	if b := img.Bounds(); b.Dx() != 800 || b.Dy() != 36+6*190 {
+		t.Errorf("image is %dx%d, want 800x%d", b.Dx(), b.Dy(), 36+6*190)
+	}
+
+	// Each row agrees with simulate --summary on the same trace: the same replay, the same store.
+	for _, line := range strings.Split(strings.TrimSpace(figureTable), "\n")[1:] {
+		f := strings.Fields(line)
+		alg, mode, _ := strings.Cut(f[0], "/")
+		sargs := "--algorithm " + alg + " --limit 10 --window 1s --burst 10 --max-delay 1s --summary"
+		if mode != "" {
+			sargs += " --mode " + mode
+		}
+		var out bytes.Buffer
+		runSimulate(strings.Fields(sargs), strings.NewReader(figureTrace), &out, &stderr)
+		if want := fmt.Sprintf("allowed=%s denied=%s\n", f[1], f[2]); out.String() != want {
+			t.Errorf("%s: simulate says %q, compare %q", f[0], out.String(), want)
+		}
+	}
+}
+
+func TestCompareDefaultsAndErrors(t *testing.T) {
+	// The seed's boundary trace through the five algorithms (TestSimulate has the first three):
+	// the buckets start full and refill 100 per 60s, 3 more over the trace's 2s.
+	var stdout, stderr bytes.Buffer
+	if code := runSimulate([]string{"compare", "--limit", "100", "--window", "60s"}, strings.NewReader(boundary), &stdout, &stderr); code != 0 {
+		t.Fatalf("exit %d, stderr %q", code, stderr.String())
+	}
+	want := `algorithm             allowed   denied  max in any 1m0s
+FixedWindow               200        1              200
+SlidingWindowLog          100      101              100
+SlidingWindowCounter      101      100              101
+TokenBucket               103       98              103
+LeakyBucket               103       98              103
+`
+	if stdout.String() != want {
+		t.Errorf("table:\n%s\nwant:\n%s", stdout.String(), want)
+	}
+
+	const ok = "compare --limit 1 --window 1s"
+	tests := map[string]struct {
+		args, input string
+		code        int
+		stderr      string
+	}{
+		"bad algorithm":       {ok + " --algorithms FixedWindow,GCRA", "", 2, `algorithm "GCRA"`},
+		"mode on a window":    {ok + " --algorithms FixedWindow/Queue", "", 2, `"FixedWindow/Queue": only LeakyBucket takes a mode`},
+		"bad mode":            {ok + " --algorithms LeakyBucket/Drop", "", 2, "only LeakyBucket takes a mode, Meter or Queue"},
+		"no limit":            {"compare --window 1s", "", 2, "limit 0 is outside"},
+		"zero cost":           {ok + " --cost 0", "", 2, "cost 0 is below 1"},
+		"unknown store":       {ok + " --store etcd", "", 2, `unknown store "etcd"`},
+		"extra argument":      {ok + " trace.txt", "", 2, `unexpected argument "trace.txt"`},
+		"bad bucket":          {ok + " --plot-bucket 0.5ms", "", 2, "plot-bucket 500µs is not"},
+		"bad input":           {ok, fmt.Sprintf("%d\n%d\n", t0, t0-1), 1, "FixedWindow: line 2: 1770249599999 is before the arrival before it"},
+		"unknown flag":        {ok + " --algorithm FixedWindow", "", 2, "flag provided but not defined: -algorithm"},
+		"log limit too large": {"compare --limit 10001 --window 1s", "", 2, "the most SlidingWindowLog keeps"},
+	}
+	for name, tc := range tests {
+		t.Run(name, func(t *testing.T) {
+			var stdout, stderr bytes.Buffer
+			code := runSimulate(strings.Fields(tc.args), strings.NewReader(tc.input), &stdout, &stderr)
+			if code != tc.code {
+				t.Errorf("exit %d, want %d (stderr %q)", code, tc.code, stderr.String())
+			}
+			if stdout.Len() > 0 {
+				t.Errorf("stdout %q, want nothing", stdout.String())
+			}
+			if !strings.Contains(stderr.String(), tc.stderr) {
+				t.Errorf("stderr %q does not contain %q", stderr.String(), tc.stderr)
+			}
+		})
+	}
+}
+
+// trailing's maximum is the most times in any interval (t-w, t], checked by brute force.
+func TestTrailingMax(t *testing.T) {
+	rng := rand.New(rand.NewPCG(1, 2))
+	for i := 0; i < 500; i++ {
+		w := 1 + rng.Int64N(50)
+		times := make([]int64, rng.IntN(40))
+		for k := range times {
+			times[k] = rng.Int64N(200)
+		}
+		want := 0
+		for t := int64(0); t < 260; t++ {
+			n := 0
+			for _, a := range times {
+				if t-w < a && a <= t {
+					n++
+				}
+			}
+			want = max(want, n)
+		}
+		steps, got := trailing(times, w)
+		if got != want {
+			t.Fatalf("times %v, w %d: max %d, want %d", times, w, got, want)
+		}
+		if len(times) > 0 && steps[len(steps)-1][1] != 0 {
+			t.Fatalf("times %v, w %d: the count ends at %d, not 0", times, w, steps[len(steps)-1][1])
+		}
+	}
+	// The edges: an admission leaves the window exactly w ms later.
+	if _, got := trailing([]int64{0, 0, 999, 1000}, 1000); got != 3 {
+		t.Errorf("max %d, want 3", got)
+	}
+}
+
+func TestCounts(t *testing.T) {
+	got := counts([]int64{100, 100, 199, 200, 450, 99}, 100, 100, 3)
+	if fmt.Sprint(got) != "[3 1 0]" {
+		t.Errorf("counts %v, want [3 1 0]", got)
+	}
+}
+
+func TestSecondTicks(t *testing.T) {
+	var labels []string
+	for _, tk := range (secondTicks{}).Ticks(0, 4.9) {
+		if tk.Label != "" {
+			labels = append(labels, tk.Label)
+		}
+	}
+	if got := strings.Join(labels, " "); got != "0 0.5 1 1.5 2 2.5 3 3.5 4 4.5" {
+		t.Errorf("labels %q", got)
+	}
+}
+
+// make plots wrote docs/algorithms-trace.txt and docs/algorithms.txt from the drive and the
+// command above; the README quotes the table. This fails when one changed without the other:
+// run make plots and commit docs/.
+func TestFigureIsCurrent(t *testing.T) {
+	for file, want := range map[string]string{
+		"../../docs/algorithms-trace.txt": figureTrace,
+		"../../docs/algorithms.txt":       figureTable,
+	} {
+		got, err := os.ReadFile(file)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if string(got) != want {
+			t.Errorf("%s is stale (run make plots):\n%s\nwant:\n%s", file, got, want)
+		}
+	}
+}
