@@ -63,6 +63,13 @@ envtest: ## Provide envtest binaries (kube-apiserver, etcd) and print their dire
 test: verify fmt vet lint redis ## Run every check and test, against a real API server (envtest) and real redis-server.
 	KUBEBUILDER_ASSETS="$$(hack/envtest-assets.sh)" go test -race -count=1 ./... -coverprofile cover.out
 
+##@ Demo
+
+DEMO_ARGS ?=
+.PHONY: demo
+demo: redis ## Run the whole system on loopback and show it working (DEMO_ARGS=--once to stop after the tour).
+	go run ./hack/demo $(DEMO_ARGS)
+
 ##@ Build
 
 .PHONY: build

@@ -3,8 +3,6 @@ package e2e
 import (
 	"context"
 	"fmt"
-	"io"
-	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -51,33 +49,16 @@ spec:
 // is a client the limiter has not seen.
 var clientNo atomic.Int32
 
-// newClient returns an HTTP client whose requests come from a loopback address of its own.
 func newClient() *http.Client {
-	n := clientNo.Add(1)
-	local := &net.TCPAddr{IP: net.IPv4(127, 0, 3, byte(n))}
-	return &http.Client{
-		Timeout:   10 * time.Second,
-		Transport: &http.Transport{DialContext: (&net.Dialer{LocalAddr: local}).DialContext, MaxIdleConnsPerHost: 4},
-	}
+	return devenv.ClientFrom(fmt.Sprintf("127.0.3.%d", clientNo.Add(1)))
 }
 
 // tally sends n requests to the pods in turn and counts the answers by status code.
 func tally(c *http.Client, pods []*devenv.Pod, n int, path string, header http.Header) map[int]int {
 	GinkgoHelper()
-	counts := map[int]int{}
-	for i := range n {
-		req, err := http.NewRequest(http.MethodGet, pods[i%len(pods)].URL+path, nil)
-		Expect(err).NotTo(HaveOccurred())
-		for k, v := range header {
-			req.Header[k] = v
-		}
-		resp, err := c.Do(req)
-		Expect(err).NotTo(HaveOccurred())
-		_, _ = io.Copy(io.Discard, resp.Body)
-		_ = resp.Body.Close()
-		counts[resp.StatusCode]++
-	}
-	return counts
+	rs, err := devenv.Send(c, pods, n, path, header)
+	Expect(err).NotTo(HaveOccurred())
+	return devenv.Count(rs)
 }
 
 func kubectl(args ...string) string {

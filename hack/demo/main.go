@@ -1,0 +1,255 @@
+// Command demo runs the whole of Sluice on loopback and shows it working: `make demo`.
+//
+// It starts a control plane (kube-apiserver and etcd from the envtest binaries), redis-server,
+// the manager (controller and webhook), creates two annotated pods that the webhook injects,
+// runs their sidecars on a stand-in kubelet, applies the sample policies with kubectl, and
+// drives traffic: a table per rule, a live policy edit, a Redis outage and its end. With
+// --once it then stops; otherwise it keeps running for kubectl until Ctrl-C.
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"os/exec"
+	"os/signal"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"text/tabwriter"
+	"time"
+
+	"github.com/go-logr/logr"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
+
+	"github.com/sluice-dev/sluice/api/v1alpha1"
+	"github.com/sluice-dev/sluice/internal/devenv"
+	"github.com/sluice-dev/sluice/internal/webhook"
+)
+
+const namespace = "demo"
+
+func main() {
+	once := flag.Bool("once", false, "stop after the scripted tour instead of waiting for Ctrl-C")
+	verbose := flag.Bool("v", false, "show the sidecars' logs")
+	flag.Parse()
+	ctrllog.SetLogger(logr.Discard())
+
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	if err := run(ctx, *once, *verbose); err != nil {
+		fmt.Fprintf(os.Stderr, "\ndemo: %v\n", err)
+		os.Exit(1)
+	}
+}
+
+type demo struct {
+	sys     *devenv.System
+	pods    []*devenv.Pod
+	clients int
+	out     io.Writer
+}
+
+func step(format string, args ...any) { fmt.Printf("\n==> "+format+"\n", args...) }
+
+func run(ctx context.Context, once, verbose bool) error {
+	start := time.Now()
+	opts := devenv.Options{Progress: func(format string, args ...any) { fmt.Printf("  ... "+format+"\n", args...) }}
+	if verbose {
+		opts.ProcessLog = os.Stderr
+	}
+	step("Starting Sluice on loopback (no cluster, no Docker)")
+	sys, err := devenv.Start(ctx, opts)
+	if err != nil {
+		return err
+	}
+	defer func() {
+		step("Stopping every process the demo started")
+		sys.Stop()
+	}()
+	d := &demo{sys: sys, out: os.Stdout}
+	fmt.Printf("  KUBECONFIG=%s\n", sys.ControlPlane.Kubeconfig)
+	fmt.Printf("  redis-server on %s; sidecar logs under %s\n", sys.Redis.Addr(), filepath.Join(sys.Dir, "pods"))
+
+	if err := sys.Client.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: namespace}}); err != nil {
+		return err
+	}
+	step("kubectl apply -n %s -f config/samples/algorithms.yaml -f config/samples/shadow.yaml", namespace)
+	fmt.Print(indent(d.kubectl("apply", "-n", namespace,
+		"-f", filepath.Join(sys.Root, "config", "samples", "algorithms.yaml"),
+		"-f", filepath.Join(sys.Root, "config", "samples", "shadow.yaml"))))
+
+	step("Creating two pods annotated %s: \"true\"; the webhook injects the sidecar", webhook.AnnotationInject)
+	for i := range 2 {
+		pod := &corev1.Pod{
+			ObjectMeta: metav1.ObjectMeta{Namespace: namespace, Name: fmt.Sprintf("demo-%d", i),
+				Labels: map[string]string{"app": "demo"}, Annotations: map[string]string{webhook.AnnotationInject: "true"}},
+			Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "app", Image: "sluice.local/demo-upstream:dev",
+				Ports: []corev1.ContainerPort{{ContainerPort: 8080}}}}},
+		}
+		p, err := sys.RunPod(ctx, pod, fmt.Sprintf("127.0.2.%d", i+1))
+		if err != nil {
+			return err
+		}
+		fmt.Printf("  %s: sidecar %s -> app 127.0.2.%d:8080, args %s\n", p.Name, p.URL, i+1, strings.Join(p.Args, " "))
+		d.pods = append(d.pods, p)
+	}
+	if err := d.waitReplicas(ctx, "algorithms", 2); err != nil {
+		return err
+	}
+	fmt.Print(indent(d.kubectl("get", "rlp", "-n", namespace)))
+
+	step("Traffic: 8 requests per rule from one client, alternating between the two pods (shared Redis)")
+	if err := d.table(ctx, []string{"fixed", "log", "counter", "bucket", "meter", "queue"}, d.pods, 8); err != nil {
+		return err
+	}
+
+	step("Editing the policy live: rule 'fixed' from 5 to 2 per 10s")
+	edited := time.Now()
+	d.kubectl("patch", "rlp", "algorithms", "-n", namespace, "--type=json",
+		"-p", `[{"op":"replace","path":"/spec/rules/0/limit","value":2}]`)
+	if err := d.until(ctx, func() (bool, error) {
+		rs, err := devenv.Send(d.client(), d.pods, 4, "/fixed", nil)
+		return devenv.Count(rs)[http.StatusOK] == 2, err
+	}); err != nil {
+		return err
+	}
+	fmt.Printf("  the sidecars enforced the edit %s after kubectl patch\n", time.Since(edited).Round(time.Millisecond))
+	if err := d.table(ctx, []string{"fixed"}, d.pods, 8); err != nil {
+		return err
+	}
+
+	step("Killing redis-server (kill -9): each sidecar falls back to its share, limit/replicas")
+	if err := sys.KillRedis(); err != nil {
+		return err
+	}
+	for _, p := range d.pods {
+		fmt.Printf("  %s alone:\n", p.Name)
+		if err := d.table(ctx, []string{"fixed", "bucket"}, []*devenv.Pod{p}, 8); err != nil {
+			return err
+		}
+	}
+
+	step("Restarting redis-server: the sidecars' breakers close and counting is shared again")
+	if err := sys.RestartRedis(); err != nil {
+		return err
+	}
+	back := time.Now()
+	if err := d.until(ctx, func() (bool, error) {
+		rs, err := devenv.Send(d.client(), d.pods[:1], 6, "/bucket", nil)
+		return devenv.Count(rs)[http.StatusOK] == 5, err
+	}); err != nil {
+		return err
+	}
+	fmt.Printf("  back on Redis %s after the restart\n", time.Since(back).Round(time.Millisecond))
+	if err := d.table(ctx, []string{"fixed", "bucket"}, d.pods[:1], 8); err != nil {
+		return err
+	}
+
+	step("Summary")
+	fmt.Printf("  Control plane, manager, Redis and 2 injected sidecars ran on loopback; tour took %s.\n", time.Since(start).Round(time.Second))
+	fmt.Printf("  Pods' applications served %d and %d requests; everything else was answered by the sidecars.\n",
+		d.pods[0].App.Served(), d.pods[1].App.Served())
+	if once {
+		return nil
+	}
+	fmt.Printf("\nStill running. In another shell:\n  export KUBECONFIG=%s\n  kubectl get rlp -n %s\n  curl -i %s/bucket\nCtrl-C stops everything.\n",
+		sys.ControlPlane.Kubeconfig, namespace, d.pods[0].URL)
+	<-ctx.Done()
+	return nil
+}
+
+// client returns a client from a loopback address the limiter has not seen yet.
+func (d *demo) client() *http.Client {
+	d.clients++
+	return devenv.ClientFrom(fmt.Sprintf("127.0.3.%d", d.clients))
+}
+
+func (d *demo) kubectl(args ...string) string {
+	cmd := exec.Command(d.sys.ControlPlane.Kubectl(), append([]string{"--kubeconfig", d.sys.ControlPlane.Kubeconfig}, args...)...)
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		return fmt.Sprintf("kubectl %s failed: %v\n%s", strings.Join(args, " "), err, out)
+	}
+	return string(out)
+}
+
+// table sends n requests for each rule's path from a fresh client and prints the outcome and
+// the headers of the last answer.
+func (d *demo) table(_ context.Context, rules []string, pods []*devenv.Pod, n int) error {
+	w := tabwriter.NewWriter(d.out, 2, 4, 2, ' ', 0)
+	fmt.Fprintln(w, "  rule\tsent\tallowed\tdenied\tdecisions\tlast answer's headers")
+	for _, rule := range rules {
+		rs, err := devenv.Send(d.client(), pods, n, "/"+rule, nil)
+		if err != nil {
+			return err
+		}
+		counts := devenv.Count(rs)
+		var marks strings.Builder
+		for _, r := range rs {
+			switch {
+			case r.Status == http.StatusOK && r.Elapsed > 50*time.Millisecond:
+				fmt.Fprintf(&marks, "q%d ", r.Elapsed.Round(10*time.Millisecond).Milliseconds())
+			case r.Status == http.StatusOK:
+				marks.WriteString("+ ")
+			default:
+				marks.WriteString(fmt.Sprint(r.Status, " "))
+			}
+		}
+		last := rs[len(rs)-1].Header
+		fmt.Fprintf(w, "  %s\t%d\t%d\t%d\t%s\t%s\n", rule, n, counts[http.StatusOK], n-counts[http.StatusOK], strings.TrimSpace(marks.String()),
+			headerLine(last))
+	}
+	return w.Flush()
+}
+
+func headerLine(h http.Header) string {
+	var parts []string
+	for _, k := range []string{"Ratelimit", "X-Ratelimit-Remaining", "Retry-After"} {
+		if v := h.Get(k); v != "" {
+			parts = append(parts, k+": "+v)
+		}
+	}
+	return strings.Join(parts, "  ")
+}
+
+func (d *demo) waitReplicas(ctx context.Context, name string, n int32) error {
+	return d.until(ctx, func() (bool, error) {
+		var p v1alpha1.RateLimitPolicy
+		err := d.sys.Client.Get(ctx, types.NamespacedName{Namespace: namespace, Name: name}, &p)
+		return err == nil && p.Status.MatchedPods == n, nil
+	})
+}
+
+// until polls cond every 100ms for up to 30s.
+func (d *demo) until(ctx context.Context, cond func() (bool, error)) error {
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		ok, err := cond()
+		if err != nil {
+			return err
+		}
+		if ok {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("condition not met within 30s")
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+}
+
+func indent(s string) string {
+	s = strings.TrimRight(s, "\n")
+	return "  " + strings.ReplaceAll(s, "\n", "\n  ") + "\n"
+}
