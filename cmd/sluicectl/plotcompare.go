@@ -31,7 +31,8 @@ func runCompare(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	burst := fs.Int64("burst", 0, "bucket capacity for TokenBucket and LeakyBucket (default the limit)")
 	maxDelay := fs.Duration("max-delay", 0, "longest wait of a LeakyBucket/Queue request")
 	cost := fs.Int64("cost", 1, "units each arrival takes")
-	storeName := fs.String("store", "memory", "store to run the limiters on: memory")
+	storeName := fs.String("store", "memory", "store to run the limiters on: memory or redis")
+	redisURL := fs.String("redis-url", "", "Redis for --store redis")
 	plotFile := fs.String("plot", "", "draw requests offered and admitted over time, a panel per algorithm, into this PNG file")
 	plotBucket := fs.Duration("plot-bucket", 0, "the plot's bucket of time, a whole number of ms (default window/10)")
 	title := fs.String("title", "", "the figure's title (default: the parameters)")
@@ -84,7 +85,7 @@ func runCompare(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 
 	runs := make([]*simRun, 0, len(lims))
 	for _, lim := range lims {
-		store, closeStore, err := openStore(*storeName) // a fresh store per algorithm
+		store, closeStore, err := openStore(*storeName, *redisURL) // a fresh store per algorithm
 		if err != nil {
 			return usageErr("%v", err)
 		}

@@ -12,13 +12,14 @@ import (
 	"time"
 
 	"github.com/sluice-dev/sluice/internal/limiter"
+	"github.com/sluice-dev/sluice/internal/limiter/redisstore"
 )
 
 const simulateUsage = `usage: sluicectl simulate --algorithm ALG --limit N --window D [--burst N]
-         [--mode Meter|Queue] [--max-delay D] [--cost N] [--store memory] [--summary]
+         [--mode Meter|Queue] [--max-delay D] [--cost N] [--store memory|redis [--redis-url URL]] [--summary]
          [--plot FILE.png [--plot-bucket D]] < arrivals
        sluicectl simulate compare --algorithms ALG,ALG,... --limit N --window D [--burst N]
-         [--max-delay D] [--cost N] [--store memory] [--plot FILE.png [--plot-bucket D]]
+         [--max-delay D] [--cost N] [--store memory|redis [--redis-url URL]] [--plot FILE.png [--plot-bucket D]]
          [--title TEXT] < arrivals
 
 Replays arrivals, one per line in ms since the Unix epoch (non-decreasing; blank lines are
@@ -53,7 +54,8 @@ func runSimulate(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	mode := fs.String("mode", "", "LeakyBucket mode: Meter (default) or Queue")
 	maxDelay := fs.Duration("max-delay", 0, "longest wait of a LeakyBucket Queue request")
 	cost := fs.Int64("cost", 1, "units each arrival takes")
-	storeName := fs.String("store", "memory", "store to run the limiter on: memory")
+	storeName := fs.String("store", "memory", "store to run the limiter on: memory or redis")
+	redisURL := fs.String("redis-url", "", "Redis for --store redis, e.g. redis://127.0.0.1:6379/0")
 	summary := fs.Bool("summary", false, "print only the allowed=N denied=M line")
 	plotFile := fs.String("plot", "", "also draw requests offered and admitted over time into this PNG file")
 	plotBucket := fs.Duration("plot-bucket", 0, "the plot's bucket of time, a whole number of ms (default window/10)")
@@ -89,7 +91,7 @@ func runSimulate(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "sluicectl simulate: %v\n", err)
 		return 2
 	}
-	store, closeStore, err := openStore(*storeName)
+	store, closeStore, err := openStore(*storeName, *redisURL)
 	if err != nil {
 		fmt.Fprintf(stderr, "sluicectl simulate: %v\n", err)
 		return 2
@@ -187,13 +189,30 @@ func failInput(out *bufio.Writer, stderr io.Writer, format string, args ...any) 
 }
 
 // openStore returns the named store and a function that releases it. The simulation runs on
-// the same store code as the sidecar: "memory" is the sidecar's local fallback. A store that
-// needs more configuration (a Redis URL) gets it from a flag passed in here.
-func openStore(name string) (limiter.Store, func(), error) {
+// the same store code as the sidecar: "memory" is the sidecar's local fallback, "redis" its
+// Redis store, here with the input's instants as the clock (not Redis's TIME) and keys under a
+// prefix of their own, so that a replay is exact and repeatable.
+func openStore(name, redisURL string) (limiter.Store, func(), error) {
 	switch name {
 	case "memory":
+		if redisURL != "" {
+			return nil, nil, errors.New("--redis-url goes with --store redis")
+		}
 		return limiter.NewMemoryStore(limiter.MemoryStoreOptions{}), func() {}, nil
+	case "redis":
+		if redisURL == "" {
+			return nil, nil, errors.New("--store redis needs --redis-url")
+		}
+		client, err := redisstore.NewClientFromURL(redisURL)
+		if err != nil {
+			return nil, nil, err
+		}
+		store := redisstore.New(client, redisstore.Options{
+			Prefix:  fmt.Sprintf("sluicectl-simulate-%d", time.Now().UnixNano()),
+			Timeout: 5 * time.Second,
+		})
+		return store, func() { _ = client.Close() }, nil
 	default:
-		return nil, nil, fmt.Errorf("unknown store %q (want memory)", name)
+		return nil, nil, fmt.Errorf("unknown store %q (want memory or redis)", name)
 	}
 }

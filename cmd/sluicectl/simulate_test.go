@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"strings"
 	"testing"
+
+	"github.com/sluice-dev/sluice/internal/testutil/redisserver"
 )
 
 // t0 is 2026-02-05T00:00:00Z in ms, aligned to every window below.
@@ -32,76 +34,78 @@ func decisions(pairs ...any) string {
 // its last ms, 100 in the first second of the next.
 var boundary = arrivals(59_000, 10, 100) + arrivals(59_999, 1, 1) + arrivals(60_000, 10, 100)
 
+// simulateCases are traces with their exact output, for every store.
+var simulateCases = map[string]struct {
+	args  string
+	input string
+	want  string
+}{
+	"seed: fixed window admits 2x the limit across the boundary": {
+		"--algorithm FixedWindow --limit 100 --window 60s --summary", boundary,
+		"allowed=200 denied=1\n",
+	},
+	"seed: sliding window log holds the limit across the boundary": {
+		"--algorithm SlidingWindowLog --limit 100 --window 60s --summary", boundary,
+		"allowed=100 denied=101\n",
+	},
+	// The 100 of the previous window weigh 100*(59999-e)/60000: one more fits from e=599ms.
+	"sliding window counter estimates the previous window pro rata": {
+		"--algorithm SlidingWindowCounter --limit 100 --window 60s --summary", boundary,
+		"allowed=101 denied=100\n",
+	},
+	"seed: token bucket bursts 100, then one per 10ms": {
+		"--algorithm TokenBucket --limit 100 --window 1s --burst 100 --summary",
+		arrivals(0, 0, 150) + arrivals(10, 10, 2),
+		"allowed=102 denied=50\n",
+	},
+	"seed: token bucket, 100 at 59s and 100 at 60s keep the average rate": {
+		"--algorithm TokenBucket --limit 100 --window 1s --summary",
+		arrivals(59_000, 0, 100) + arrivals(60_000, 0, 100),
+		"allowed=200 denied=0\n",
+	},
+	"seed: leaky bucket at twice its rate fills at 995ms, then passes every other": {
+		"--algorithm LeakyBucket --limit 100 --window 1s --burst 100 --summary",
+		arrivals(0, 5, 203),
+		"allowed=201 denied=2\n",
+	},
+	"token bucket, every decision": {
+		"--algorithm TokenBucket --limit 2 --window 1s",
+		arrivals(1000, 0, 3) + arrivals(1500, 500, 2),
+		decisions(1000, "allow", 1000, "allow", 1000, "deny", 1500, "allow", 2000, "allow") + "allowed=4 denied=1\n",
+	},
+	"leaky bucket queue prints each delay, 333.3ms apart": {
+		"--algorithm LeakyBucket --limit 3 --window 1s --burst 6 --mode Queue --max-delay 1s",
+		arrivals(0, 0, 5),
+		decisions(0, "allow delay=0", 0, "allow delay=334", 0, "allow delay=667", 0, "allow delay=1000", 0, "deny") +
+			"allowed=4 denied=1\n",
+	},
+	"cost": {
+		"--algorithm FixedWindow --limit 10 --window 1s --cost 3",
+		arrivals(0, 0, 4),
+		decisions(0, "allow", 0, "allow", 0, "allow", 0, "deny") + "allowed=3 denied=1\n",
+	},
+	"cost above the capacity never passes": {
+		"--algorithm TokenBucket --limit 10 --window 1s --cost 11",
+		arrivals(0, 1000, 2),
+		decisions(0, "deny", 1000, "deny") + "allowed=0 denied=2\n",
+	},
+	"blank lines and spaces are ignored, equal instants allowed": {
+		"--algorithm SlidingWindowLog --limit 1 --window 10ms",
+		fmt.Sprintf("\n  %d \n\n%d\n\t%d\n", t0, t0, t0+10),
+		decisions(0, "allow", 0, "deny", 10, "allow") + "allowed=2 denied=1\n",
+	},
+	"no arrivals": {
+		"--algorithm FixedWindow --limit 1 --window 1s --store memory", "",
+		"allowed=0 denied=0\n",
+	},
+	"no final newline": {
+		"--algorithm FixedWindow --limit 1 --window 1s", fmt.Sprint(t0),
+		decisions(0, "allow") + "allowed=1 denied=0\n",
+	},
+}
+
 func TestSimulate(t *testing.T) {
-	tests := map[string]struct {
-		args  string
-		input string
-		want  string
-	}{
-		"seed: fixed window admits 2x the limit across the boundary": {
-			"--algorithm FixedWindow --limit 100 --window 60s --summary", boundary,
-			"allowed=200 denied=1\n",
-		},
-		"seed: sliding window log holds the limit across the boundary": {
-			"--algorithm SlidingWindowLog --limit 100 --window 60s --summary", boundary,
-			"allowed=100 denied=101\n",
-		},
-		// The 100 of the previous window weigh 100*(59999-e)/60000: one more fits from e=599ms.
-		"sliding window counter estimates the previous window pro rata": {
-			"--algorithm SlidingWindowCounter --limit 100 --window 60s --summary", boundary,
-			"allowed=101 denied=100\n",
-		},
-		"seed: token bucket bursts 100, then one per 10ms": {
-			"--algorithm TokenBucket --limit 100 --window 1s --burst 100 --summary",
-			arrivals(0, 0, 150) + arrivals(10, 10, 2),
-			"allowed=102 denied=50\n",
-		},
-		"seed: token bucket, 100 at 59s and 100 at 60s keep the average rate": {
-			"--algorithm TokenBucket --limit 100 --window 1s --summary",
-			arrivals(59_000, 0, 100) + arrivals(60_000, 0, 100),
-			"allowed=200 denied=0\n",
-		},
-		"seed: leaky bucket at twice its rate fills at 995ms, then passes every other": {
-			"--algorithm LeakyBucket --limit 100 --window 1s --burst 100 --summary",
-			arrivals(0, 5, 203),
-			"allowed=201 denied=2\n",
-		},
-		"token bucket, every decision": {
-			"--algorithm TokenBucket --limit 2 --window 1s",
-			arrivals(1000, 0, 3) + arrivals(1500, 500, 2),
-			decisions(1000, "allow", 1000, "allow", 1000, "deny", 1500, "allow", 2000, "allow") + "allowed=4 denied=1\n",
-		},
-		"leaky bucket queue prints each delay, 333.3ms apart": {
-			"--algorithm LeakyBucket --limit 3 --window 1s --burst 6 --mode Queue --max-delay 1s",
-			arrivals(0, 0, 5),
-			decisions(0, "allow delay=0", 0, "allow delay=334", 0, "allow delay=667", 0, "allow delay=1000", 0, "deny") +
-				"allowed=4 denied=1\n",
-		},
-		"cost": {
-			"--algorithm FixedWindow --limit 10 --window 1s --cost 3",
-			arrivals(0, 0, 4),
-			decisions(0, "allow", 0, "allow", 0, "allow", 0, "deny") + "allowed=3 denied=1\n",
-		},
-		"cost above the capacity never passes": {
-			"--algorithm TokenBucket --limit 10 --window 1s --cost 11",
-			arrivals(0, 1000, 2),
-			decisions(0, "deny", 1000, "deny") + "allowed=0 denied=2\n",
-		},
-		"blank lines and spaces are ignored, equal instants allowed": {
-			"--algorithm SlidingWindowLog --limit 1 --window 10ms",
-			fmt.Sprintf("\n  %d \n\n%d\n\t%d\n", t0, t0, t0+10),
-			decisions(0, "allow", 0, "deny", 10, "allow") + "allowed=2 denied=1\n",
-		},
-		"no arrivals": {
-			"--algorithm FixedWindow --limit 1 --window 1s --store memory", "",
-			"allowed=0 denied=0\n",
-		},
-		"no final newline": {
-			"--algorithm FixedWindow --limit 1 --window 1s", fmt.Sprint(t0),
-			decisions(0, "allow") + "allowed=1 denied=0\n",
-		},
-	}
-	for name, tc := range tests {
+	for name, tc := range simulateCases {
 		t.Run(name, func(t *testing.T) {
 			var stdout, stderr bytes.Buffer
 			code := runSimulate(strings.Fields(tc.args), strings.NewReader(tc.input), &stdout, &stderr)
@@ -171,4 +175,32 @@ func TestSimulateThroughRun(t *testing.T) {
 	if code := run([]string{"simulate", "-h"}, strings.NewReader(""), &stdout, &stderr); code != 0 || !strings.Contains(stderr.String(), "usage: sluicectl simulate") {
 		t.Errorf("-h: exit %d, stderr %q", code, stderr.String())
 	}
+}
+
+// TestSimulateRedisStore replays every case through a real redis-server: the Redis store must
+// print exactly what the memory store prints.
+func TestSimulateRedisStore(t *testing.T) {
+	redis := redisserver.Start(t)
+	for name, tc := range simulateCases {
+		t.Run(name, func(t *testing.T) {
+			args := append(strings.Fields(strings.ReplaceAll(tc.args, "--store memory", "")), "--store", "redis", "--redis-url", redis.URL())
+			var stdout, stderr bytes.Buffer
+			code := runSimulate(args, strings.NewReader(tc.input), &stdout, &stderr)
+			if code != 0 || stderr.Len() > 0 {
+				t.Fatalf("exit %d, stderr %q", code, stderr.String())
+			}
+			if got := stdout.String(); got != tc.want {
+				t.Errorf("output:\n%s\nwant:\n%s", got, tc.want)
+			}
+		})
+	}
+	t.Run("a store flag without its URL", func(t *testing.T) {
+		var stdout, stderr bytes.Buffer
+		if code := runSimulate([]string{"--algorithm", "FixedWindow", "--limit", "1", "--window", "1s", "--store", "redis"}, strings.NewReader(""), &stdout, &stderr); code != 2 {
+			t.Fatalf("exit %d, want 2", code)
+		}
+		if !strings.Contains(stderr.String(), "--store redis needs --redis-url") {
+			t.Fatalf("stderr %q", stderr.String())
+		}
+	})
 }
