@@ -23,6 +23,8 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/redis/go-redis/v9"
+
 	"github.com/sluice-dev/sluice/internal/limiter"
 	"github.com/sluice-dev/sluice/internal/limiter/redisstore"
 	"github.com/sluice-dev/sluice/sidecar/breaker"
@@ -66,6 +68,9 @@ func run() error {
 		return fmt.Errorf("--log-level: %w", err)
 	}
 	log := slog.New(slog.NewJSONHandler(os.Stderr, &slog.HandlerOptions{Level: level}))
+	// go-redis logs every failed dial; while Redis is down that is one line per probe. The
+	// breaker's transitions say it once, so its lines go to debug.
+	redis.SetLogger(redisLogger{log})
 
 	target, err := url.Parse(*upstream)
 	if err != nil || (target.Scheme != "http" && target.Scheme != "https") || target.Host == "" {
@@ -222,6 +227,12 @@ func hostPort(u *url.URL) string {
 		return net.JoinHostPort(u.Hostname(), "443")
 	}
 	return net.JoinHostPort(u.Hostname(), "80")
+}
+
+type redisLogger struct{ log *slog.Logger }
+
+func (l redisLogger) Printf(ctx context.Context, format string, v ...any) {
+	l.log.DebugContext(ctx, "go-redis: "+fmt.Sprintf(format, v...))
 }
 
 func redactURL(s string) string {

@@ -1,0 +1,242 @@
+package main
+
+import (
+	"bufio"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/sluice-dev/sluice/internal/policy"
+	"github.com/sluice-dev/sluice/internal/testutil/redisserver"
+	st "github.com/sluice-dev/sluice/sidecar/internal/sidecartest"
+)
+
+// TestBinary builds sluice-sidecar, starts it with flags and environment variables the way the
+// webhook would, and checks it end to end: limiting through Redis, h2c, hot reload of a
+// kubelet-style volume, labels file selection, /metrics, /readyz, and a SIGTERM that drains an
+// in-flight request and exits 0.
+func TestBinary(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds the binary")
+	}
+	bin := filepath.Join(t.TempDir(), "sluice-sidecar")
+	if out, err := exec.Command("go", "build", "-o", bin, ".").CombinedOutput(); err != nil {
+		t.Fatalf("go build: %v\n%s", err, out)
+	}
+	redis := redisserver.Start(t)
+
+	var hits atomic.Int64
+	release, slowArrived := make(chan struct{}), make(chan struct{}, 1)
+	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		hits.Add(1)
+		if r.URL.Path == "/slow" {
+			slowArrived <- struct{}{}
+			<-release
+		}
+		_, _ = fmt.Fprintf(w, "proto=%s", r.Proto)
+	}))
+	defer up.Close()
+
+	vol := st.NewAtomicDir(t)
+	podinfo := st.NewAtomicDir(t)
+	limited := st.Doc(t, st.Policy("api", []policy.Rule{st.Rule("per-client", 3, time.Hour)}, func(p *policy.Policy) {
+		p.Selector.MatchLabels = map[string]string{"app": "checkout"}
+	}))
+	vol.Write(t, map[string][]byte{"policies.json": limited})
+	podinfo.Write(t, map[string][]byte{"labels": []byte("app=\"checkout\"\npod-template-hash=\"abc\"\n")})
+
+	listen, metricsAddr := freeAddr(t), freeAddr(t)
+	cmd := exec.Command(bin,
+		"--listen", listen,
+		"--upstream", up.URL,
+		"--config", vol.Path("policies.json"),
+		"--pod-labels-file", podinfo.Path("labels"),
+		"--redis-timeout", "50ms",
+	)
+	cmd.Env = append(os.Environ(), "SLUICE_REDIS_URL="+redis.URL(), "SLUICE_METRICS_LISTEN="+metricsAddr)
+	logs, _ := cmd.StderrPipe()
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	var logText strings.Builder
+	logDone := make(chan struct{})
+	go func() {
+		sc := bufio.NewScanner(logs)
+		for sc.Scan() {
+			logText.WriteString(sc.Text() + "\n")
+		}
+		close(logDone)
+	}()
+	exited := make(chan error, 1)
+	go func() { <-logDone; exited <- cmd.Wait() }()
+	t.Cleanup(func() { _ = cmd.Process.Kill() })
+
+	base := "http://" + listen
+	st.Eventually(t, 10*time.Second, func() error {
+		resp, err := http.Get("http://" + metricsAddr + "/readyz")
+		if err != nil {
+			return err
+		}
+		defer resp.Body.Close()
+		if resp.StatusCode != 200 {
+			b, _ := io.ReadAll(resp.Body)
+			return fmt.Errorf("readyz %d %s", resp.StatusCode, b)
+		}
+		return nil
+	})
+
+	get := func(c *http.Client, path string) (int, string, http.Header) {
+		t.Helper()
+		resp, err := c.Get(base + path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, string(b), resp.Header
+	}
+	var codes []int
+	var lastBody string
+	var lastHdr http.Header
+	for range 4 {
+		code, body, hdr := get(http.DefaultClient, "/")
+		codes, lastBody, lastHdr = append(codes, code), body, hdr
+	}
+	if fmt.Sprint(codes) != "[200 200 200 429]" {
+		t.Errorf("codes %v, want 3 admitted then 429", codes)
+	}
+	if !strings.HasPrefix(lastBody, `{"error":"rate_limit_exceeded","message":`) || !strings.HasSuffix(lastBody, `"policy":"api","rule":"per-client"}`) ||
+		lastHdr.Get("Retry-After") != "1200" || lastHdr.Get("RateLimit") != `"per-client";r=0;t=3600` || lastHdr.Get("Content-Type") != "application/json" {
+		t.Errorf("429 answer: %v %s", lastHdr, lastBody)
+	}
+	// The limit lives in Redis under the sidecar's prefix.
+	if keys, err := redis.Do("KEYS", "sluice:*"); err != nil || keys == "" {
+		t.Errorf("no sluice keys in Redis: %q %v", keys, err)
+	}
+
+	// h2c: prior-knowledge HTTP/2 over cleartext.
+	h2c := &http.Client{Transport: &http.Transport{Protocols: h2cProtocols()}}
+	vol.Write(t, map[string][]byte{"policies.json": st.Doc(t, st.Policy("api", []policy.Rule{st.Rule("per-client-v2", 1000, time.Hour)}, func(p *policy.Policy) {
+		p.Selector.MatchLabels = map[string]string{"app": "checkout"}
+	}))})
+	st.Eventually(t, 5*time.Second, func() error {
+		if code, _, _ := get(http.DefaultClient, "/"); code != 200 {
+			return fmt.Errorf("still limited after the reload: %d", code)
+		}
+		return nil
+	})
+	code, body, hdr := get(h2c, "/")
+	if code != 200 || body != "proto=HTTP/1.1" || hdr.Get("RateLimit-Policy") != `"per-client-v2";q=1000;w=3600` {
+		t.Errorf("h2c: %d %q %v", code, body, hdr)
+	}
+	resp, err := h2c.Get(base + "/")
+	if err != nil || resp.ProtoMajor != 2 {
+		t.Errorf("h2c request served as %v (%v)", resp.Proto, err)
+	} else {
+		resp.Body.Close()
+	}
+
+	// The pod's labels change: the policy no longer selects it.
+	podinfo.Write(t, map[string][]byte{"labels": []byte("app=\"cart\"\n")})
+	st.Eventually(t, 5*time.Second, func() error {
+		if _, _, h := get(http.DefaultClient, "/"); h.Get("RateLimit") != "" {
+			return fmt.Errorf("still limited by a policy that no longer selects the pod")
+		}
+		return nil
+	})
+
+	metricsBody := func() string {
+		resp, err := http.Get("http://" + metricsAddr + "/metrics")
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return string(b)
+	}
+	m := metricsBody()
+	for _, want := range []string{
+		`sluice_requests_total{decision="denied",policy="api",rule="per-client"} 1`,
+		`sluice_config_generation 3`,
+		`sluice_breaker_state 0`,
+		`sluice_decision_duration_seconds_count`,
+	} {
+		if !strings.Contains(m, want) {
+			t.Errorf("metrics lack %s", want)
+		}
+	}
+
+	// SIGTERM with a request in flight: it completes, then the process exits 0.
+	slow := make(chan error, 1)
+	go func() {
+		resp, err := http.Get(base + "/slow")
+		if err == nil {
+			_, err = io.ReadAll(resp.Body)
+			resp.Body.Close()
+		}
+		slow <- err
+	}()
+	select {
+	case <-slowArrived:
+	case <-time.After(5 * time.Second):
+		t.Fatal("the slow request never reached the upstream")
+	}
+	if err := cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	// Draining: not ready any more, the in-flight request still open.
+	st.Eventually(t, 5*time.Second, func() error {
+		resp, err := http.Get("http://" + metricsAddr + "/readyz")
+		if err != nil {
+			return nil // the admin listener may already be closed
+		}
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusServiceUnavailable {
+			return fmt.Errorf("readyz %d while draining", resp.StatusCode)
+		}
+		return nil
+	})
+	close(release)
+	if err := <-slow; err != nil {
+		t.Errorf("in-flight request during shutdown: %v", err)
+	}
+	select {
+	case err := <-exited:
+		if err != nil {
+			t.Errorf("exit: %v\n%s", err, logText.String())
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("did not exit after SIGTERM")
+	}
+	for _, want := range []string{`"msg":"Loaded policies"`, `"msg":"Drained; exiting"`, `"generation":3`} {
+		if !strings.Contains(logText.String(), want) {
+			t.Errorf("log lacks %s:\n%s", want, logText.String())
+		}
+	}
+}
+
+func h2cProtocols() *http.Protocols {
+	var p http.Protocols
+	p.SetUnencryptedHTTP2(true)
+	return &p
+}
+
+func freeAddr(t *testing.T) string {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	return l.Addr().String()
+}
