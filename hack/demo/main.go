@@ -33,7 +33,10 @@ import (
 	"github.com/sluice-dev/sluice/internal/webhook"
 )
 
-const namespace = "demo"
+const (
+	namespace = "demo"
+	ruleFixed = "fixed"
+)
 
 func main() {
 	once := flag.Bool("once", false, "stop after the scripted tour instead of waiting for Ctrl-C")
@@ -106,7 +109,7 @@ func run(ctx context.Context, once, verbose bool) error {
 	fmt.Print(indent(d.kubectl("get", "rlp", "-n", namespace)))
 
 	step("Traffic: 8 requests per rule from one client, alternating between the two pods (shared Redis)")
-	if err := d.table(ctx, []string{"fixed", "log", "counter", "bucket", "meter", "queue"}, d.pods, 8); err != nil {
+	if err := d.table([]string{ruleFixed, "log", "counter", "bucket", "meter", "queue"}, d.pods); err != nil {
 		return err
 	}
 
@@ -115,13 +118,13 @@ func run(ctx context.Context, once, verbose bool) error {
 	d.kubectl("patch", "rlp", "algorithms", "-n", namespace, "--type=json",
 		"-p", `[{"op":"replace","path":"/spec/rules/0/limit","value":2}]`)
 	if err := d.until(ctx, func() (bool, error) {
-		rs, err := devenv.Send(d.client(), d.pods, 4, "/fixed", nil)
+		rs, err := devenv.Send(d.client(), d.pods, 4, "/"+ruleFixed, nil)
 		return devenv.Count(rs)[http.StatusOK] == 2, err
 	}); err != nil {
 		return err
 	}
 	fmt.Printf("  the sidecars enforced the edit %s after kubectl patch\n", time.Since(edited).Round(time.Millisecond))
-	if err := d.table(ctx, []string{"fixed"}, d.pods, 8); err != nil {
+	if err := d.table([]string{ruleFixed}, d.pods); err != nil {
 		return err
 	}
 
@@ -131,7 +134,7 @@ func run(ctx context.Context, once, verbose bool) error {
 	}
 	for _, p := range d.pods {
 		fmt.Printf("  %s alone:\n", p.Name)
-		if err := d.table(ctx, []string{"fixed", "bucket"}, []*devenv.Pod{p}, 8); err != nil {
+		if err := d.table([]string{ruleFixed, "bucket"}, []*devenv.Pod{p}); err != nil {
 			return err
 		}
 	}
@@ -148,7 +151,7 @@ func run(ctx context.Context, once, verbose bool) error {
 		return err
 	}
 	fmt.Printf("  back on Redis %s after the restart\n", time.Since(back).Round(time.Millisecond))
-	if err := d.table(ctx, []string{"fixed", "bucket"}, d.pods[:1], 8); err != nil {
+	if err := d.table([]string{ruleFixed, "bucket"}, d.pods[:1]); err != nil {
 		return err
 	}
 
@@ -180,9 +183,10 @@ func (d *demo) kubectl(args ...string) string {
 	return string(out)
 }
 
-// table sends n requests for each rule's path from a fresh client and prints the outcome and
+// table sends 8 requests for each rule's path from a fresh client and prints the outcome and
 // the headers of the last answer.
-func (d *demo) table(_ context.Context, rules []string, pods []*devenv.Pod, n int) error {
+func (d *demo) table(rules []string, pods []*devenv.Pod) error {
+	const n = 8
 	w := tabwriter.NewWriter(d.out, 2, 4, 2, ' ', 0)
 	fmt.Fprintln(w, "  rule\tsent\tallowed\tdenied\tdecisions\tlast answer's headers")
 	for _, rule := range rules {
@@ -199,7 +203,7 @@ func (d *demo) table(_ context.Context, rules []string, pods []*devenv.Pod, n in
 			case r.Status == http.StatusOK:
 				marks.WriteString("+ ")
 			default:
-				marks.WriteString(fmt.Sprint(r.Status, " "))
+				fmt.Fprint(&marks, r.Status, " ")
 			}
 		}
 		last := rs[len(rs)-1].Header

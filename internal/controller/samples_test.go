@@ -12,6 +12,7 @@ import (
 	. "github.com/onsi/gomega"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"sigs.k8s.io/controller-runtime/pkg/envtest"
 
 	"github.com/sluice-dev/sluice/internal/policy"
 )
@@ -31,7 +32,10 @@ var _ = Describe("The samples", func() {
 		}
 		Expect(policyFiles).NotTo(BeEmpty())
 
-		kubectl := testEnv.ControlPlane.KubeCtl()
+		user, err := testEnv.ControlPlane.AddUser(envtest.User{Name: "sample-admin", Groups: []string{"system:masters"}}, nil)
+		Expect(err).NotTo(HaveOccurred())
+		kubectl, err := user.Kubectl()
+		Expect(err).NotTo(HaveOccurred())
 		args := []string{"apply", "-n", ns}
 		for _, f := range policyFiles {
 			args = append(args, "-f", f)

@@ -164,7 +164,9 @@ func (s *System) startManager() error {
 	go func() { s.managerDone <- mgr.Start(ctx) }()
 	s.cleanups.add(func() {
 		cancel()
-		<-s.managerDone
+		if err := <-s.managerDone; err != nil {
+			fmt.Fprintf(os.Stderr, "devenv: manager: %v\n", err)
+		}
 	})
 	// Admission needs the webhook server to be serving.
 	deadline := time.Now().Add(30 * time.Second)

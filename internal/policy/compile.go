@@ -230,7 +230,7 @@ func sharedRuleName(a, b Policy) (string, bool) {
 // Summary describes a policy's rules in a line for `kubectl get`, e.g.
 // "TokenBucket 100/1m, FixedWindow 10/1s".
 func Summary(p *v1alpha1.RateLimitPolicy) string {
-	var parts []string
+	parts := make([]string, 0, len(p.Spec.Rules))
 	for _, r := range p.Spec.Rules {
 		s := fmt.Sprintf("%s %d/%s", r.Algorithm, r.Limit, r.Window)
 		if r.Mode == v1alpha1.Shadow {

@@ -4,13 +4,12 @@
 package upstream
 
 import (
-	"fmt"
 	"io"
 	"net/http"
 	"sync/atomic"
 )
 
-// Handler answers every request with 200 and "<name> <method> <path>\n".
+// Handler answers every request with 200 and "served by <name>\n".
 type Handler struct {
 	// Name identifies the instance in responses.
 	Name   string
@@ -22,7 +21,7 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	_, _ = io.Copy(io.Discard, r.Body)
 	h.served.Add(1)
 	w.Header().Set("Content-Type", "text/plain; charset=utf-8")
-	_, _ = fmt.Fprintf(w, "%s %s %s\n", h.Name, r.Method, r.URL.Path)
+	_, _ = io.WriteString(w, "served by "+h.Name+"\n")
 }
 
 // Served is the number of requests answered so far.

@@ -1,6 +1,7 @@
 package redisstore
 
 import (
+	"errors"
 	"fmt"
 	"net/url"
 	"strings"
@@ -94,7 +95,8 @@ func NewClientFromURL(rawURL string) (redis.UniversalClient, error) {
 
 // redactErr drops the URL from a url.Error, which may contain a password.
 func redactErr(err error) error {
-	if ue, ok := err.(*url.Error); ok {
+	var ue *url.Error
+	if errors.As(err, &ue) {
 		return ue.Err
 	}
 	return err

@@ -2,6 +2,7 @@ package redisserver
 
 import (
 	"os/exec"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -29,9 +30,7 @@ func StartCluster(t TB, n int, opts ...Option) *Cluster {
 	for range n {
 		c.Servers = append(c.Servers, Start(t, append(append([]Option{}, opts...), withCluster())...))
 	}
-	args := []string{"--cluster", "create"}
-	args = append(args, c.Addrs()...)
-	args = append(args, "--cluster-replicas", "0", "--cluster-yes")
+	args := slices.Concat([]string{"--cluster", "create"}, c.Addrs(), []string{"--cluster-replicas", "0", "--cluster-yes"})
 	out, err := exec.Command(cli, args...).CombinedOutput()
 	if err != nil {
 		t.Fatalf("redisserver: redis-cli %s: %v\n%s", strings.Join(args, " "), err, out)

@@ -116,7 +116,7 @@ func (s *Server) Stop() {
 	s.t.Helper()
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if err := s.stopLocked(syscall.SIGTERM, startTimeout); err != nil {
+	if err := s.stopLocked(syscall.SIGTERM); err != nil {
 		s.t.Fatalf("redisserver: stopping %s: %v", s.Addr(), err)
 	}
 }
@@ -127,7 +127,7 @@ func (s *Server) Kill() {
 	s.t.Helper()
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if err := s.stopLocked(syscall.SIGKILL, startTimeout); err != nil {
+	if err := s.stopLocked(syscall.SIGKILL); err != nil {
 		s.t.Fatalf("redisserver: killing %s: %v", s.Addr(), err)
 	}
 }
@@ -151,7 +151,7 @@ func (s *Server) Resume() {
 func (s *Server) Restart() {
 	s.t.Helper()
 	s.mu.Lock()
-	err := s.stopLocked(syscall.SIGTERM, startTimeout)
+	err := s.stopLocked(syscall.SIGTERM)
 	s.mu.Unlock()
 	if err != nil {
 		s.t.Fatalf("redisserver: stopping %s for restart: %v", s.Addr(), err)
@@ -226,7 +226,7 @@ func (s *Server) start() error {
 		}
 		if time.Now().After(deadline) {
 			s.mu.Lock()
-			_ = s.stopLocked(syscall.SIGKILL, startTimeout)
+			_ = s.stopLocked(syscall.SIGKILL)
 			s.mu.Unlock()
 			return fmt.Errorf("no PONG within %s", startTimeout)
 		}
@@ -235,7 +235,8 @@ func (s *Server) start() error {
 }
 
 // stopLocked sends sig to a running server and waits for it to exit; s.mu is held.
-func (s *Server) stopLocked(sig syscall.Signal, wait time.Duration) error {
+func (s *Server) stopLocked(sig syscall.Signal) error {
+	wait := startTimeout
 	if s.cmd == nil {
 		return nil
 	}
@@ -281,7 +282,7 @@ func (s *Server) cleanup() {
 	if s.paused && s.cmd != nil {
 		_ = s.cmd.Process.Signal(syscall.SIGCONT)
 	}
-	_ = s.stopLocked(syscall.SIGKILL, startTimeout)
+	_ = s.stopLocked(syscall.SIGKILL)
 }
 
 // log returns the tail of the server's log file, for failure messages.
@@ -312,7 +313,7 @@ func freePort(cluster bool) (int, error) {
 		var port int
 		if cluster {
 			// The bus port must fit in 16 bits; probe a range where it does.
-			port = 20000 + rand.IntN(55535-20000)
+			port = 20000 + rand.IntN(55535-20000) //nolint:gosec // a port to probe, not a secret
 		} else {
 			l, err := net.Listen("tcp", "127.0.0.1:0")
 			if err != nil {

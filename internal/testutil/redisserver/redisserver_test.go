@@ -1,6 +1,7 @@
 package redisserver
 
 import (
+	"errors"
 	"fmt"
 	"net"
 	"runtime"
@@ -95,7 +96,7 @@ func TestPauseHoldsRepliesUntilResume(t *testing.T) {
 	s.Pause()
 	if _, err := do(s.Addr(), 200*time.Millisecond, "PING"); err == nil {
 		t.Fatal("paused server answered PING")
-	} else if ne, ok := err.(net.Error); !ok || !ne.Timeout() {
+	} else if ne := net.Error(nil); !errors.As(err, &ne) || !ne.Timeout() {
 		t.Fatalf("PING to a paused server: %v, want a timeout", err)
 	}
 	s.Resume()
