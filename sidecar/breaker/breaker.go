@@ -36,7 +36,7 @@ func (s State) String() string {
 const (
 	DefaultThreshold   = 3
 	DefaultCooldown    = time.Second
-	DefaultMaxCooldown = 8 * time.Second
+	DefaultMaxCooldown = 4 * time.Second
 )
 
 // Options configures a Breaker. Zero fields take the defaults.

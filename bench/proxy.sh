@@ -1,0 +1,175 @@
+#!/usr/bin/env bash
+# Benchmarks the sidecar against a direct connection and nginx, on loopback only.
+#
+# Starts everything itself on free loopback ports (a tiny Go upstream, redis-server, nginx with
+# a keep-alive upstream and limit_req at a rate that never denies, the sidecar in three
+# configurations), runs wrk for DURATION seconds per target, then a fixed-rate open-loop run at
+# RATE req/s, a CPU profile of the sidecar deciding through Redis, and an outage run (redis
+# killed with SIGKILL and restarted under load). Everything it started is stopped on exit.
+#
+# Needs: go, wrk, nginx, redis-server, python3. Usage: bench/proxy.sh  (DURATION=10 RATE=1000
+# CONNS=64 THREADS=2 to change the defaults).
+set -euo pipefail
+
+DURATION=${DURATION:-10}
+RATE=${RATE:-1000}
+CONNS=${CONNS:-64}
+THREADS=${THREADS:-2}
+
+cd "$(dirname "$0")/.."
+for bin in go wrk nginx redis-server python3; do
+  command -v "$bin" >/dev/null || { echo "missing $bin (apt-get install -y wrk nginx-light redis-server)" >&2; exit 1; }
+done
+
+WORK=$(mktemp -d)
+PIDS=()
+cleanup() {
+  for pid in "${PIDS[@]}"; do kill "$pid" 2>/dev/null || true; done
+  wait 2>/dev/null || true
+  rm -rf "$WORK"
+}
+trap cleanup EXIT
+
+freeport() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1]); s.close()'; }
+waitport() { for _ in $(seq 200); do (echo >/dev/tcp/127.0.0.1/"$1") 2>/dev/null && return 0; sleep 0.05; done; echo "port $1 never opened" >&2; exit 1; }
+
+echo "# building" >&2
+go build -o "$WORK/sluice-sidecar" ./sidecar
+go build -o "$WORK/upstream" ./bench/upstream
+go build -o "$WORK/loadgen" ./bench/loadgen
+
+UP=$(freeport); REDIS=$(freeport); NGINX=$(freeport)
+"$WORK/upstream" -listen "127.0.0.1:$UP" & PIDS+=($!)
+redis-server --port "$REDIS" --bind 127.0.0.1 --save "" --appendonly no --daemonize no --loglevel warning --dir "$WORK" > "$WORK/redis-server.log" 2>&1 &
+REDIS_PID=$!; PIDS+=($REDIS_PID)
+
+mkdir -p "$WORK/nginx"
+cat > "$WORK/nginx/nginx.conf" <<EOF
+worker_processes auto;
+pid $WORK/nginx/nginx.pid;
+error_log $WORK/nginx/error.log warn;
+daemon off;
+events { worker_connections 4096; }
+http {
+  access_log off;
+  client_body_temp_path $WORK/nginx/body; proxy_temp_path $WORK/nginx/proxy;
+  fastcgi_temp_path $WORK/nginx/fcgi; uwsgi_temp_path $WORK/nginx/uwsgi; scgi_temp_path $WORK/nginx/scgi;
+  limit_req_zone \$binary_remote_addr zone=perclient:10m rate=1000000r/s;
+  upstream app { server 127.0.0.1:$UP; keepalive 256; }
+  server {
+    listen 127.0.0.1:$NGINX;
+    location / {
+      limit_req zone=perclient burst=1000000 nodelay;
+      proxy_pass http://app;
+      proxy_http_version 1.1;
+      proxy_set_header Connection "";
+    }
+  }
+}
+EOF
+nginx -c "$WORK/nginx/nginx.conf" -p "$WORK/nginx" & PIDS+=($!)
+
+# A rule that never denies: 10^8 per second per client.
+cat > "$WORK/policies.json" <<'EOF'
+{"version":1,"namespace":"bench","policies":[{"name":"bench","selector":{},"replicas":1,"failureMode":"Local",
+ "response":{"statusCode":429,"headers":"Both"},
+ "rules":[{"name":"per-client","key":[{"source":"clientIP"}],"algorithm":"TokenBucket","limit":100000000,"windowMs":1000,"burst":100000000,"cost":1,"mode":"Enforce"}]}]}
+EOF
+
+# sidecar NAME CONFIG [extra flags...]: starts a sidecar, sets SC_PORT, SC_METRICS, SC_PID.
+sidecar() {
+  local name=$1 config=$2; shift 2
+  SC_PORT=$(freeport); SC_METRICS=$(freeport)
+  "$WORK/sluice-sidecar" --listen "127.0.0.1:$SC_PORT" --upstream "http://127.0.0.1:$UP" \
+    --config "$config" --pod-labels-file "" --metrics-listen "127.0.0.1:$SC_METRICS" --pprof "$@" \
+    > "$WORK/$name.log" 2>&1 &
+  SC_PID=$!; PIDS+=($SC_PID)
+  waitport "$SC_PORT"
+  for _ in $(seq 100); do curl -sf "http://127.0.0.1:$SC_METRICS/readyz" >/dev/null && return 0; sleep 0.05; done
+  echo "sidecar $name not ready" >&2; cat "$WORK/$name.log" >&2; exit 1
+}
+
+waitport "$UP"; waitport "$REDIS"; waitport "$NGINX"
+sidecar none "$WORK/absent.json";            NONE=$SC_PORT
+sidecar redis "$WORK/policies.json" --redis-url "redis://127.0.0.1:$REDIS/0"; RED=$SC_PORT; RED_M=$SC_METRICS; RED_PID=$SC_PID
+sidecar local "$WORK/policies.json";          LOC=$SC_PORT
+
+declare -A RPS P50 P99
+run_wrk() { # name port
+  curl -sf "http://127.0.0.1:$2/" >/dev/null
+  wrk -t1 -c8 -d1s "http://127.0.0.1:$2/" >/dev/null # warm connections
+  local out; out=$(wrk -t"$THREADS" -c"$CONNS" -d"${DURATION}s" --latency "http://127.0.0.1:$2/")
+  RPS[$1]=$(awk '/Requests\/sec/ {print $2}' <<<"$out")
+  P50[$1]=$(awk '$1=="50%" {print $2}' <<<"$out")
+  P99[$1]=$(awk '$1=="99%" {print $2}' <<<"$out")
+  local bad; bad=$(awk '/Non-2xx/ {print $5}' <<<"$out")
+  printf '%-22s %10s req/s  p50 %8s  p99 %8s  non-2xx %s\n' "$1" "${RPS[$1]}" "${P50[$1]}" "${P99[$1]}" "${bad:-0}"
+}
+
+echo "## wrk -t$THREADS -c$CONNS -d${DURATION}s (closed loop, max throughput), $(nproc) CPUs shared by load generator and servers"
+run_wrk direct "$UP"
+run_wrk nginx+limit_req "$NGINX"
+run_wrk sidecar-no-policy "$NONE"
+run_wrk sidecar+redis "$RED"
+run_wrk sidecar-local "$LOC"
+python3 - "${RPS[sidecar+redis]}" "${RPS[nginx+limit_req]}" "${RPS[sidecar-no-policy]}" <<'EOF'
+import sys
+red, ngx, none = map(float, sys.argv[1:])
+print(f"ratio sidecar+redis / nginx             = {red/ngx:.2f}  (goal >= 0.5)")
+print(f"ratio sidecar+redis / sidecar-no-policy = {red/none:.2f}  (goal >= 0.8)")
+EOF
+
+echo "## open loop at $RATE req/s for ${DURATION}s (latency from scheduled start)"
+declare -A FIX
+for t in "direct $UP" "nginx+limit_req $NGINX" "sidecar-no-policy $NONE" "sidecar+redis $RED" "sidecar-local $LOC"; do
+  set -- $t
+  FIX[$1]=$("$WORK/loadgen" -url "http://127.0.0.1:$2/" -rate "$RATE" -duration "${DURATION}s")
+  printf '%-22s %s\n' "$1" "${FIX[$1]}"
+done
+python3 - "${FIX[direct]}" "${FIX[sidecar+redis]}" "${FIX[sidecar-local]}" <<'EOF'
+import sys, re
+def p(s, k): return float(re.search(k + r"=([0-9.]+)ms", s).group(1))
+d, r, l = sys.argv[1:]
+for name, s in (("sidecar+redis", r), ("sidecar-local", l)):
+    print(f"added latency {name} over direct at fixed rate: p50 +{p(s,'p50')-p(d,'p50'):.3f}ms (goal <= 0.25)  p99 +{p(s,'p99')-p(d,'p99'):.3f}ms (goal <= 0.5)")
+EOF
+
+echo "## CPU profile of sidecar+redis under wrk (8s)"
+wrk -t"$THREADS" -c"$CONNS" -d10s "http://127.0.0.1:$RED/" >/dev/null &
+WRK=$!
+sleep 1
+curl -sf -o "$WORK/cpu.pprof" "http://127.0.0.1:$RED_M/debug/pprof/profile?seconds=8"
+wait $WRK
+go tool pprof -top -nodecount=25 "$WORK/sluice-sidecar" "$WORK/cpu.pprof" 2>/dev/null | sed -n '1,32p'
+echo "### cumulative, request path"
+go tool pprof -top -cum -nodecount=200 "$WORK/sluice-sidecar" "$WORK/cpu.pprof" 2>/dev/null |
+  grep -E 'proxy\.\(\*Handler\)|redisstore|ReverseProxy\)\.ServeHTTP|keys\.|Transport\)\.RoundTrip|go-redis.*Process|syscall\.Syscall|runtime\.gcBgMarkWorker|metrics|breaker' | head -20
+
+echo "## outage: redis SIGKILLed 3s into a ${DURATION}s wrk run on sidecar+redis (failureMode Local), restarted 3s later"
+wrk -t"$THREADS" -c"$CONNS" -d"${DURATION}s" "http://127.0.0.1:$RED/" > "$WORK/outage.wrk" &
+WRK=$!
+sleep 3
+KILL_AT=$(date +%s.%N); kill -9 "$REDIS_PID"; wait "$REDIS_PID" 2>/dev/null || true
+sleep 3
+redis-server --port "$REDIS" --bind 127.0.0.1 --save "" --appendonly no --daemonize no --loglevel warning --dir "$WORK" >> "$WORK/redis-server.log" 2>&1 &
+REDIS_PID=$!; PIDS+=($REDIS_PID); waitport "$REDIS"
+BACK_AT=$(date +%s.%N)
+wait $WRK
+grep -E 'requests in|Requests/sec|Non-2xx|Socket errors' "$WORK/outage.wrk" || true
+grep -q 'Non-2xx' "$WORK/outage.wrk" || echo "  Non-2xx or 3xx responses: 0"
+python3 - "$KILL_AT" "$BACK_AT" "$WORK/redis.log" <<'EOF2'
+import json, sys, datetime
+kill, back, log = float(sys.argv[1]), float(sys.argv[2]), sys.argv[3]
+def ts(s): return datetime.datetime.fromisoformat(s.replace("Z", "+00:00")).timestamp()
+opened = closed = None
+for line in open(log, errors="ignore"):
+    try: e = json.loads(line)
+    except ValueError: continue
+    if e.get("msg") != "Redis circuit breaker changed state": continue
+    t = ts(e["time"])
+    print(f"  breaker {e['from']} -> {e['to']} at kill{t-kill:+.3f}s (cooldown {e['cooldown']/1e9:.0f}s)")
+    if e["to"] == "open" and opened is None and t >= kill: opened = t
+    if e["to"] == "closed" and t >= back and closed is None: closed = t
+print(f"  time to open the breaker after SIGKILL: {(opened-kill)*1000:.1f}ms" if opened else "  breaker never opened")
+print(f"  time back on Redis after it restarted:  {(closed-back)*1000:.1f}ms" if closed else "  never closed")
+EOF2
