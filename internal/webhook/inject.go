@@ -1,0 +1,415 @@
+// Package webhook injects the Sluice sidecar into pods that ask for it: a mutating admission
+// webhook served by the manager, and the certificate rotation that lets the API server trust it.
+package webhook
+
+import (
+	"errors"
+	"fmt"
+	"net/url"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	"k8s.io/apimachinery/pkg/util/intstr"
+	"k8s.io/utils/ptr"
+
+	"github.com/sluice-dev/sluice/internal/policy"
+)
+
+// The annotations a pod (in practice, a workload's pod template) uses to ask for the sidecar.
+// Only AnnotationInject is needed; the others override one setting for that pod.
+const (
+	// AnnotationInject: "true" injects the sidecar. Any other value, or none, leaves the pod alone.
+	AnnotationInject = "sluice.dev/inject"
+	// AnnotationUpstreamPort is the port the application listens on, which the sidecar proxies
+	// to on 127.0.0.1. Default: the first port of the first container.
+	AnnotationUpstreamPort = "sluice.dev/upstream-port"
+	// AnnotationListenPort is the port the sidecar serves on, named PortName. Default 8081.
+	AnnotationListenPort = "sluice.dev/listen-port"
+	// AnnotationMetricsPort is the port of the sidecar's metrics, /healthz and /readyz,
+	// named MetricsPortName. Default 9090.
+	AnnotationMetricsPort = "sluice.dev/metrics-port"
+	// AnnotationImage replaces the manager's sidecar image for this pod.
+	AnnotationImage = "sluice.dev/image"
+	// AnnotationCPURequest, AnnotationCPULimit, AnnotationMemoryRequest and
+	// AnnotationMemoryLimit replace one of the sidecar's resources (a quantity such as 100m or
+	// 64Mi); "0" removes it.
+	AnnotationCPURequest    = "sluice.dev/cpu-request"
+	AnnotationCPULimit      = "sluice.dev/cpu-limit"
+	AnnotationMemoryRequest = "sluice.dev/memory-request"
+	AnnotationMemoryLimit   = "sluice.dev/memory-limit"
+	// AnnotationRedisTimeout bounds each Redis call of the sidecar, a Go duration from 1ms to 10s.
+	AnnotationRedisTimeout = "sluice.dev/redis-timeout"
+)
+
+// Names and defaults of what is injected.
+const (
+	// ContainerName is the sidecar's name. A pod that has a container (or init container) of
+	// this name is never changed, which makes injection idempotent.
+	ContainerName = "sluice-sidecar"
+	// PortName names the sidecar's serving port, for a Service's targetPort.
+	PortName = "sluice-http"
+	// MetricsPortName names the port of metrics and health endpoints.
+	MetricsPortName = "sluice-metrics"
+	// PoliciesVolume and PodInfoVolume are the volumes added to the pod.
+	PoliciesVolume = "sluice-policies"
+	PodInfoVolume  = "sluice-podinfo"
+	// PoliciesDir and PodInfoDir are where they are mounted in the sidecar.
+	PoliciesDir = "/etc/sluice"
+	PodInfoDir  = "/etc/podinfo"
+	// RedisPasswordEnv is the environment variable that carries the Redis password from a
+	// Secret; the sidecar uses it as the password of --redis-url.
+	RedisPasswordEnv = "SLUICE_REDIS_PASSWORD"
+	// UID is the user and group the sidecar runs as: distroless's "nonroot".
+	UID int64 = 65532
+
+	DefaultListenPort  int32 = 8081
+	DefaultMetricsPort int32 = 9090
+)
+
+// DefaultResources are the sidecar's resources when neither the manager nor the pod says
+// otherwise: a request that lets a small proxy schedule anywhere, a memory limit above the
+// in-memory limiter's key bound, and no CPU limit, because throttling a proxy on the request
+// path adds its latency to every request of the application.
+func DefaultResources() corev1.ResourceRequirements {
+	return corev1.ResourceRequirements{
+		Requests: corev1.ResourceList{
+			corev1.ResourceCPU:    resource.MustParse("50m"),
+			corev1.ResourceMemory: resource.MustParse("64Mi"),
+		},
+		Limits: corev1.ResourceList{
+			corev1.ResourceMemory: resource.MustParse("128Mi"),
+		},
+	}
+}
+
+// Config is what the manager injects. The zero value is not usable: Image is required.
+// A Config is read-only once in use and then safe for concurrent use.
+type Config struct {
+	// Image is the sidecar image.
+	Image string
+	// ImagePullPolicy of the sidecar; IfNotPresent when empty.
+	ImagePullPolicy corev1.PullPolicy
+	// RedisURL is passed as --redis-url; empty runs the sidecars on their in-memory store.
+	// It should not hold a password: use RedisPasswordSecret.
+	RedisURL string
+	// RedisTLS makes the sidecars talk TLS to Redis: a redis:// URL becomes rediss://.
+	RedisTLS bool
+	// RedisPasswordSecret names a Secret key holding the Redis password. The Secret must exist
+	// in the namespace of every injected pod: a pod cannot reference another namespace's Secret.
+	RedisPasswordSecret *corev1.SecretKeySelector
+	// RedisTimeout is passed as --redis-timeout when not zero.
+	RedisTimeout time.Duration
+	// Resources of the sidecar; DefaultResources when nil.
+	Resources *corev1.ResourceRequirements
+	// ExcludedNamespaces are never mutated, even if the webhook configuration's
+	// namespaceSelector was lost: the manager's own namespace belongs here.
+	ExcludedNamespaces []string
+}
+
+// Validate reports a configuration the webhook cannot inject with.
+func (c *Config) Validate() error {
+	var errs []error
+	if err := validImage(c.Image); err != nil {
+		errs = append(errs, fmt.Errorf("sidecar image: %w", err))
+	}
+	if c.RedisURL != "" {
+		if _, err := c.redisURL(); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	if c.RedisPasswordSecret != nil && (c.RedisPasswordSecret.Name == "" || c.RedisPasswordSecret.Key == "") {
+		errs = append(errs, errors.New("redis password secret: both a Secret name and a key are needed"))
+	}
+	if c.RedisTimeout != 0 {
+		if err := validTimeout(c.RedisTimeout); err != nil {
+			errs = append(errs, fmt.Errorf("redis timeout: %w", err))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// redisURL returns RedisURL with the scheme RedisTLS asks for.
+func (c *Config) redisURL() (string, error) {
+	u, err := url.Parse(c.RedisURL)
+	if err != nil {
+		return "", errors.New("redis URL does not parse") // the URL may hold a password: do not echo it
+	}
+	base, topology, _ := strings.Cut(u.Scheme, "+")
+	if base != "redis" && base != "rediss" || (topology != "" && topology != "cluster" && topology != "sentinel") {
+		return "", fmt.Errorf("redis URL scheme %q is not redis, rediss, redis+cluster, rediss+cluster, redis+sentinel or rediss+sentinel", u.Scheme)
+	}
+	if c.RedisTLS && base == "redis" {
+		u.Scheme = "rediss" + strings.TrimPrefix(u.Scheme, "redis")
+	}
+	return u.String(), nil
+}
+
+// Wants reports whether a pod asks for the sidecar.
+func Wants(pod *corev1.Pod) bool { return pod.Annotations[AnnotationInject] == "true" }
+
+// HasSidecar reports whether a pod has a container or init container named ContainerName.
+func HasSidecar(pod *corev1.Pod) bool {
+	named := func(c corev1.Container) bool { return c.Name == ContainerName }
+	return slices.ContainsFunc(pod.Spec.InitContainers, named) || slices.ContainsFunc(pod.Spec.Containers, named)
+}
+
+// Uninjected reports whether a pod asks for the sidecar but runs without it, as happens when
+// the webhook was unreachable when the pod was created.
+func Uninjected(pod *corev1.Pod) bool { return Wants(pod) && !HasSidecar(pod) }
+
+// Mutate injects the sidecar into pod when it asks for it and does not have it yet. It returns
+// whether it changed the pod, and an error naming the annotation when an annotation's value
+// is unusable; the pod is unchanged then.
+func (c *Config) Mutate(pod *corev1.Pod) (bool, error) {
+	if !Wants(pod) || HasSidecar(pod) {
+		return false, nil
+	}
+	o, err := c.options(pod)
+	if err != nil {
+		return false, err
+	}
+	for _, v := range pod.Spec.Volumes {
+		if v.Name == PoliciesVolume || v.Name == PodInfoVolume {
+			return false, fmt.Errorf("%s: the pod already has a volume named %q, which the sidecar needs", AnnotationInject, v.Name)
+		}
+	}
+	pod.Spec.Volumes = append(pod.Spec.Volumes, volumes()...)
+	pod.Spec.InitContainers = append(pod.Spec.InitContainers, c.container(o))
+	return true, nil
+}
+
+// options are one pod's settings: the manager's, overridden by the pod's annotations.
+type options struct {
+	image                             string
+	upstreamPort, listenPort, metrics int32
+	resources                         corev1.ResourceRequirements
+	redisTimeout                      time.Duration
+}
+
+func (c *Config) options(pod *corev1.Pod) (options, error) {
+	a := pod.Annotations
+	o := options{image: c.Image, listenPort: DefaultListenPort, metrics: DefaultMetricsPort, redisTimeout: c.RedisTimeout}
+	if c.Resources != nil {
+		o.resources = *c.Resources.DeepCopy()
+	} else {
+		o.resources = DefaultResources()
+	}
+
+	var errs []error
+	fail := func(annotation, format string, args ...any) {
+		errs = append(errs, fmt.Errorf("%s: %q %s", annotation, a[annotation], fmt.Sprintf(format, args...)))
+	}
+	port := func(annotation string, into *int32) {
+		v, ok := a[annotation]
+		if !ok {
+			return
+		}
+		n, err := strconv.ParseInt(v, 10, 32)
+		if err != nil || n < 1 || n > 65535 {
+			fail(annotation, "is not a port number from 1 to 65535")
+			return
+		}
+		*into = int32(n)
+	}
+	port(AnnotationListenPort, &o.listenPort)
+	port(AnnotationMetricsPort, &o.metrics)
+	if _, ok := a[AnnotationUpstreamPort]; ok {
+		port(AnnotationUpstreamPort, &o.upstreamPort)
+	} else if len(pod.Spec.Containers) > 0 && len(pod.Spec.Containers[0].Ports) > 0 {
+		o.upstreamPort = pod.Spec.Containers[0].Ports[0].ContainerPort
+	} else {
+		errs = append(errs, fmt.Errorf("%s: not set, and the first container declares no port to default to; set it to the port the application listens on", AnnotationUpstreamPort))
+	}
+
+	if v, ok := a[AnnotationImage]; ok {
+		if err := validImage(v); err != nil {
+			fail(AnnotationImage, "%v", err)
+		} else {
+			o.image = v
+		}
+	}
+	for _, q := range []struct {
+		annotation string
+		list       *corev1.ResourceList
+		name       corev1.ResourceName
+	}{
+		{AnnotationCPURequest, &o.resources.Requests, corev1.ResourceCPU},
+		{AnnotationCPULimit, &o.resources.Limits, corev1.ResourceCPU},
+		{AnnotationMemoryRequest, &o.resources.Requests, corev1.ResourceMemory},
+		{AnnotationMemoryLimit, &o.resources.Limits, corev1.ResourceMemory},
+	} {
+		v, ok := a[q.annotation]
+		if !ok {
+			continue
+		}
+		quantity, err := resource.ParseQuantity(v)
+		if err != nil || quantity.Sign() < 0 {
+			fail(q.annotation, "is not a non-negative quantity such as 100m, 0.5, 64Mi or 1Gi")
+			continue
+		}
+		if quantity.IsZero() {
+			delete(*q.list, q.name)
+			continue
+		}
+		if *q.list == nil {
+			*q.list = corev1.ResourceList{}
+		}
+		(*q.list)[q.name] = quantity
+	}
+	for _, name := range []corev1.ResourceName{corev1.ResourceCPU, corev1.ResourceMemory} {
+		req, hasReq := o.resources.Requests[name]
+		lim, hasLim := o.resources.Limits[name]
+		if hasReq && hasLim && req.Cmp(lim) > 0 {
+			errs = append(errs, fmt.Errorf("%s: the sidecar's %s request %s exceeds its limit %s", annotationsOf(name), name, req.String(), lim.String()))
+		}
+	}
+	if v, ok := a[AnnotationRedisTimeout]; ok {
+		d, err := time.ParseDuration(v)
+		if err == nil {
+			err = validTimeout(d)
+		}
+		if err != nil {
+			fail(AnnotationRedisTimeout, "is not a duration from 1ms to 10s, such as 50ms")
+		} else {
+			o.redisTimeout = d
+		}
+	}
+	if len(errs) > 0 {
+		return options{}, errors.Join(errs...)
+	}
+
+	// The sidecar shares the pod's network namespace: its ports must be free there.
+	switch {
+	case o.listenPort == o.upstreamPort:
+		return options{}, fmt.Errorf("%s: %d is also the upstream port (%s); the sidecar must listen on another port", AnnotationListenPort, o.listenPort, AnnotationUpstreamPort)
+	case o.listenPort == o.metrics:
+		return options{}, fmt.Errorf("%s: %d is also the listen port (%s)", AnnotationMetricsPort, o.metrics, AnnotationListenPort)
+	}
+	for _, ctr := range slices.Concat(pod.Spec.InitContainers, pod.Spec.Containers) {
+		for _, p := range ctr.Ports {
+			if p.ContainerPort == o.listenPort {
+				return options{}, fmt.Errorf("%s: port %d is taken by container %q; choose another port for the sidecar", AnnotationListenPort, o.listenPort, ctr.Name)
+			}
+			if p.ContainerPort == o.metrics {
+				return options{}, fmt.Errorf("%s: port %d is taken by container %q; choose another port for the sidecar's metrics", AnnotationMetricsPort, o.metrics, ctr.Name)
+			}
+		}
+	}
+	return o, nil
+}
+
+func annotationsOf(name corev1.ResourceName) string {
+	if name == corev1.ResourceCPU {
+		return AnnotationCPURequest + ", " + AnnotationCPULimit
+	}
+	return AnnotationMemoryRequest + ", " + AnnotationMemoryLimit
+}
+
+func validImage(s string) error {
+	if s == "" || len(s) > 512 || strings.ContainsFunc(s, func(r rune) bool { return r <= ' ' || r == 0x7f }) {
+		return errors.New("is not an image reference")
+	}
+	return nil
+}
+
+func validTimeout(d time.Duration) error {
+	if d < time.Millisecond || d > 10*time.Second {
+		return fmt.Errorf("%s is outside 1ms to 10s", d)
+	}
+	return nil
+}
+
+// container is the sidecar. Every field the API server would default is set, so that the
+// stored pod holds exactly what is written here.
+func (c *Config) container(o options) corev1.Container {
+	args := []string{
+		fmt.Sprintf("--listen=:%d", o.listenPort),
+		fmt.Sprintf("--upstream=http://127.0.0.1:%d", o.upstreamPort),
+		"--config=" + PoliciesDir + "/" + policy.DataKey,
+		"--pod-labels-file=" + PodInfoDir + "/labels",
+		fmt.Sprintf("--metrics-listen=:%d", o.metrics),
+	}
+	var env []corev1.EnvVar
+	if c.RedisURL != "" {
+		u, _ := c.redisURL() // Validate checked it
+		args = append(args, "--redis-url="+u)
+		if s := c.RedisPasswordSecret; s != nil {
+			env = append(env, corev1.EnvVar{Name: RedisPasswordEnv, ValueFrom: &corev1.EnvVarSource{
+				SecretKeyRef: &corev1.SecretKeySelector{LocalObjectReference: s.LocalObjectReference, Key: s.Key, Optional: ptr.To(false)},
+			}})
+		}
+	}
+	if o.redisTimeout != 0 {
+		args = append(args, "--redis-timeout="+o.redisTimeout.String())
+	}
+	probe := func(path string, period, failures int32) *corev1.Probe {
+		return &corev1.Probe{
+			ProbeHandler: corev1.ProbeHandler{HTTPGet: &corev1.HTTPGetAction{
+				Path: path, Port: intstr.FromInt32(o.metrics), Scheme: corev1.URISchemeHTTP,
+			}},
+			TimeoutSeconds: 1, PeriodSeconds: period, SuccessThreshold: 1, FailureThreshold: failures,
+		}
+	}
+	pull := c.ImagePullPolicy
+	if pull == "" {
+		pull = corev1.PullIfNotPresent
+	}
+	return corev1.Container{
+		Name:  ContainerName,
+		Image: o.image,
+		Args:  args,
+		Ports: []corev1.ContainerPort{
+			{Name: PortName, ContainerPort: o.listenPort, Protocol: corev1.ProtocolTCP},
+			{Name: MetricsPortName, ContainerPort: o.metrics, Protocol: corev1.ProtocolTCP},
+		},
+		Env:       env,
+		Resources: o.resources,
+		// A restartable init container is a native sidecar: started before the application's
+		// containers, stopped after them.
+		RestartPolicy: ptr.To(corev1.ContainerRestartPolicyAlways),
+		VolumeMounts: []corev1.VolumeMount{
+			{Name: PoliciesVolume, MountPath: PoliciesDir, ReadOnly: true},
+			{Name: PodInfoVolume, MountPath: PodInfoDir, ReadOnly: true},
+		},
+		// The application starts once the sidecar answers /healthz (up to 30s).
+		StartupProbe:             probe("/healthz", 1, 30),
+		ReadinessProbe:           probe("/readyz", 5, 3),
+		LivenessProbe:            probe("/healthz", 10, 3),
+		TerminationMessagePath:   corev1.TerminationMessagePathDefault,
+		TerminationMessagePolicy: corev1.TerminationMessageFallbackToLogsOnError,
+		ImagePullPolicy:          pull,
+		SecurityContext: &corev1.SecurityContext{
+			RunAsNonRoot:             ptr.To(true),
+			RunAsUser:                ptr.To(UID),
+			RunAsGroup:               ptr.To(UID),
+			ReadOnlyRootFilesystem:   ptr.To(true),
+			AllowPrivilegeEscalation: ptr.To(false),
+			Privileged:               ptr.To(false),
+			Capabilities:             &corev1.Capabilities{Drop: []corev1.Capability{"ALL"}},
+			SeccompProfile:           &corev1.SeccompProfile{Type: corev1.SeccompProfileTypeRuntimeDefault},
+		},
+	}
+}
+
+// volumes are the namespace's rendered policies (optional: a namespace without policies still
+// runs its pods, and the sidecar passes traffic through) and the pod's labels, which select the
+// policies that apply to it and change when the labels do.
+func volumes() []corev1.Volume {
+	return []corev1.Volume{
+		{Name: PoliciesVolume, VolumeSource: corev1.VolumeSource{ConfigMap: &corev1.ConfigMapVolumeSource{
+			LocalObjectReference: corev1.LocalObjectReference{Name: policy.ConfigMapName},
+			Optional:             ptr.To(true),
+			DefaultMode:          ptr.To[int32](0o444),
+		}}},
+		{Name: PodInfoVolume, VolumeSource: corev1.VolumeSource{DownwardAPI: &corev1.DownwardAPIVolumeSource{
+			Items: []corev1.DownwardAPIVolumeFile{{
+				Path: "labels", FieldRef: &corev1.ObjectFieldSelector{APIVersion: "v1", FieldPath: "metadata.labels"},
+			}},
+			DefaultMode: ptr.To[int32](0o444),
+		}}},
+	}
+}
