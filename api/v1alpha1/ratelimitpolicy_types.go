@@ -338,6 +338,14 @@ type RateLimitPolicyStatus struct {
 	// +optional
 	MatchedPods int32 `json:"matchedPods"`
 
+	// uninjectedPods is the number of pods the podSelector matches that are annotated
+	// sluice.dev/inject: "true" but run without the sidecar (the injection webhook was
+	// unreachable when they were created), so this policy is not enforced on them. Recreate
+	// them to inject the sidecar; a Warning event names each one.
+	// +optional
+	// +kubebuilder:validation:Minimum=0
+	UninjectedPods int32 `json:"uninjectedPods,omitempty"`
+
 	// summary lists the rules briefly, e.g. "TokenBucket 100/1m, FixedWindow 10/1s".
 	// +optional
 	Summary string `json:"summary,omitempty"`

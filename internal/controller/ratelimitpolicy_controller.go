@@ -28,6 +28,7 @@ import (
 
 	"github.com/sluice-dev/sluice/api/v1alpha1"
 	"github.com/sluice-dev/sluice/internal/policy"
+	"github.com/sluice-dev/sluice/internal/webhook"
 )
 
 // ManagedByLabel marks the ConfigMaps the controller writes; the manager caches only those.
@@ -81,7 +82,7 @@ func (r *RateLimitPolicyReconciler) Reconcile(ctx context.Context, req ctrl.Requ
 		if !p.DeletionTimestamp.IsZero() {
 			continue
 		}
-		if err := r.updateStatus(ctx, p, verdicts[p.Name], hash, renderErr); err != nil {
+		if err := r.updateStatus(ctx, p, verdicts[p.Name], uninjected(p, pods.Items), hash, renderErr); err != nil {
 			errs = append(errs, err)
 		}
 	}
@@ -153,7 +154,7 @@ func (r *RateLimitPolicyReconciler) writeConfigMap(ctx context.Context, doc *pol
 
 // updateStatus sets the policy's conditions from its verdict and patches the status once, and
 // only when it changed.
-func (r *RateLimitPolicyReconciler) updateStatus(ctx context.Context, p *v1alpha1.RateLimitPolicy, v policy.Verdict, hash string, renderErr error) error {
+func (r *RateLimitPolicyReconciler) updateStatus(ctx context.Context, p *v1alpha1.RateLimitPolicy, v policy.Verdict, uninjected []*corev1.Pod, hash string, renderErr error) error {
 	before := p.DeepCopy()
 	now := metav1.NewTime(r.Clock.Now())
 	set := func(c metav1.Condition) {
@@ -165,6 +166,7 @@ func (r *RateLimitPolicyReconciler) updateStatus(ctx context.Context, p *v1alpha
 	st := &p.Status
 	st.ObservedGeneration = p.Generation
 	st.MatchedPods = v.MatchedPods
+	st.UninjectedPods = int32(len(uninjected))
 	st.Summary = policy.Summary(p)
 	switch {
 	case v.Err != nil:
@@ -189,6 +191,7 @@ func (r *RateLimitPolicyReconciler) updateStatus(ctx context.Context, p *v1alpha
 		return nil
 	}
 	r.recordTransitions(before, p)
+	r.recordUninjected(before, p, uninjected)
 	if err := r.Status().Patch(ctx, p, client.MergeFrom(before)); err != nil {
 		return client.IgnoreNotFound(err)
 	}
@@ -216,6 +219,46 @@ func (r *RateLimitPolicyReconciler) recordTransitions(before, after *v1alpha1.Ra
 			r.Recorder.Eventf(after, nil, corev1.EventTypeWarning, cur.Reason, "Validate", "%s", cur.Message)
 		}
 	}
+}
+
+// maxUninjectedEvents bounds the events one reconcile emits about pods without the sidecar.
+const maxUninjectedEvents = 10
+
+// recordUninjected emits a Warning event naming each pod (up to maxUninjectedEvents) that
+// asks for the sidecar but runs without it, when their number changed: such a pod is not
+// rate limited, and nothing else would tell.
+func (r *RateLimitPolicyReconciler) recordUninjected(before, after *v1alpha1.RateLimitPolicy, pods []*corev1.Pod) {
+	if r.Recorder == nil || len(pods) == 0 || before.Status.UninjectedPods == after.Status.UninjectedPods {
+		return
+	}
+	for _, pod := range pods[:min(len(pods), maxUninjectedEvents)] {
+		r.Recorder.Eventf(after, pod, corev1.EventTypeWarning, ReasonSidecarMissing, "Inject",
+			"Pod %s is annotated %s: \"true\" but runs without the %s container, so this policy is not enforced on it; "+
+				"the injection webhook was unreachable when it was created. Recreate the pod once the manager is ready.",
+			pod.Name, webhook.AnnotationInject, webhook.ContainerName)
+	}
+}
+
+// ReasonSidecarMissing is the reason of the event about a pod that asks for the sidecar but
+// runs without it.
+const ReasonSidecarMissing = "SidecarMissing"
+
+// uninjected returns the live pods p selects that ask for the sidecar but run without it,
+// sorted by name.
+func uninjected(p *v1alpha1.RateLimitPolicy, pods []corev1.Pod) []*corev1.Pod {
+	sel, err := metav1.LabelSelectorAsSelector(&p.Spec.PodSelector)
+	if err != nil {
+		return nil // the policy is not accepted; its status says why
+	}
+	var out []*corev1.Pod
+	for i := range pods {
+		pod := &pods[i]
+		if pod.DeletionTimestamp.IsZero() && !isDone(pod) && webhook.Uninjected(pod) && sel.Matches(labels.Set(pod.Labels)) {
+			out = append(out, pod)
+		}
+	}
+	slices.SortFunc(out, func(a, b *corev1.Pod) int { return strings.Compare(a.Name, b.Name) })
+	return out
 }
 
 // equalStatus compares statuses ignoring condition transition times, which Reconcile always
@@ -253,6 +296,10 @@ func (s podSet) Shared(a, b labels.Selector) bool {
 	return false
 }
 
+func isDone(p *corev1.Pod) bool {
+	return p.Status.Phase == corev1.PodSucceeded || p.Status.Phase == corev1.PodFailed
+}
+
 func isReady(p *corev1.Pod) bool {
 	if !p.DeletionTimestamp.IsZero() || p.Status.Phase != corev1.PodRunning {
 		return false
@@ -278,7 +325,8 @@ func (r *RateLimitPolicyReconciler) SetupWithManager(mgr ctrl.Manager) error {
 		oldPod, ok1 := e.ObjectOld.(*corev1.Pod)
 		newPod, ok2 := e.ObjectNew.(*corev1.Pod)
 		return !ok1 || !ok2 || isReady(oldPod) != isReady(newPod) || !reflect.DeepEqual(oldPod.Labels, newPod.Labels) ||
-			oldPod.DeletionTimestamp.IsZero() != newPod.DeletionTimestamp.IsZero()
+			oldPod.DeletionTimestamp.IsZero() != newPod.DeletionTimestamp.IsZero() ||
+			webhook.Uninjected(oldPod) != webhook.Uninjected(newPod) || isDone(oldPod) != isDone(newPod)
 	}}
 	rendered := predicate.NewPredicateFuncs(func(o client.Object) bool { return o.GetName() == policy.ConfigMapName })
 	return ctrl.NewControllerManagedBy(mgr).

@@ -1,0 +1,102 @@
+package controller_test
+
+import (
+	"context"
+
+	. "github.com/onsi/ginkgo/v2"
+	. "github.com/onsi/gomega"
+	corev1 "k8s.io/api/core/v1"
+	eventsv1 "k8s.io/api/events/v1"
+	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/sluice-dev/sluice/api/v1alpha1"
+	"github.com/sluice-dev/sluice/internal/controller"
+	"github.com/sluice-dev/sluice/internal/webhook"
+)
+
+// annotated marks a pod as asking for the sidecar; this suite runs no webhook, so it stays
+// without one unless the test adds it.
+func annotated(pod *corev1.Pod) *corev1.Pod {
+	pod.Annotations = map[string]string{webhook.AnnotationInject: "true"}
+	return pod
+}
+
+// sidecarEvents returns the SidecarMissing events about a policy, by the pod they name.
+func sidecarEvents(g Gomega, ctx context.Context, ns, policyName string) map[string]eventsv1.Event {
+	var list eventsv1.EventList
+	g.Expect(k8sClient.List(ctx, &list, client.InNamespace(ns))).To(Succeed())
+	out := map[string]eventsv1.Event{}
+	for _, e := range list.Items {
+		if e.Regarding.Name == policyName && e.Reason == controller.ReasonSidecarMissing && e.Related != nil {
+			out[e.Related.Name] = e
+		}
+	}
+	return out
+}
+
+var _ = Describe("Pods that ask for the sidecar but run without it", func() {
+	var ns string
+	BeforeEach(func(ctx context.Context) { ns = newNamespace(ctx) })
+
+	It("are counted in status.uninjectedPods and named in a Warning event on each policy that selects them", func(ctx context.Context) {
+		Expect(k8sClient.Create(ctx, newPolicy(ns, "web"))).To(Succeed())
+		Expect(k8sClient.Create(ctx, newPolicy(ns, "other", func(p *v1alpha1.RateLimitPolicy) {
+			p.Spec.PodSelector.MatchLabels = map[string]string{"app": "other"}
+		}))).To(Succeed())
+		Eventually(func(g Gomega) { expectReady(g, ctx, ns, "web", 1) }).Should(Succeed())
+
+		By("creating an uninjected pod, an injected one, one not asking, and one another policy selects")
+		Expect(k8sClient.Create(ctx, annotated(newPod(ns, "bare", map[string]string{"app": "web"})))).To(Succeed())
+		injected := annotated(newPod(ns, "injected", map[string]string{"app": "web"}))
+		injected.Spec.InitContainers = []corev1.Container{{Name: webhook.ContainerName, Image: "example.invalid/sidecar:1",
+			RestartPolicy: ptr.To(corev1.ContainerRestartPolicyAlways)}}
+		Expect(k8sClient.Create(ctx, injected)).To(Succeed())
+		Expect(k8sClient.Create(ctx, newPod(ns, "plain", map[string]string{"app": "web"}))).To(Succeed())
+		optedOut := newPod(ns, "opted-out", map[string]string{"app": "web"})
+		optedOut.Annotations = map[string]string{webhook.AnnotationInject: "false"}
+		Expect(k8sClient.Create(ctx, optedOut)).To(Succeed())
+		Expect(k8sClient.Create(ctx, annotated(newPod(ns, "elsewhere", map[string]string{"app": "other"})))).To(Succeed())
+
+		Eventually(func(g Gomega) {
+			p, _, _ := status(g, ctx, ns, "web")
+			g.Expect(p.Status.UninjectedPods).To(BeEquivalentTo(1))
+			events := sidecarEvents(g, ctx, ns, "web")
+			g.Expect(events).To(HaveLen(1))
+			g.Expect(events).To(HaveKey("bare"))
+			e := events["bare"]
+			g.Expect(e.Type).To(Equal(corev1.EventTypeWarning))
+			g.Expect(e.Related.Kind).To(Equal("Pod"))
+			g.Expect(e.Note).To(ContainSubstring("Pod bare is annotated sluice.dev/inject"))
+			g.Expect(e.Note).To(ContainSubstring("sluice-sidecar"))
+
+			other, _, _ := status(g, ctx, ns, "other")
+			g.Expect(other.Status.UninjectedPods).To(BeEquivalentTo(1))
+			g.Expect(sidecarEvents(g, ctx, ns, "other")).To(HaveKey("elsewhere"))
+		}).Should(Succeed())
+
+		By("deleting the uninjected pod, the count returns to zero")
+		Expect(k8sClient.Delete(ctx, newPod(ns, "bare", nil))).To(Succeed())
+		Eventually(func(g Gomega) {
+			p, _, _ := status(g, ctx, ns, "web")
+			g.Expect(p.Status.UninjectedPods).To(BeZero())
+		}).Should(Succeed())
+	})
+
+	It("are no longer counted once they have finished", func(ctx context.Context) {
+		Expect(k8sClient.Create(ctx, newPolicy(ns, "web"))).To(Succeed())
+		pod := annotated(newPod(ns, "job", map[string]string{"app": "web"}))
+		Expect(k8sClient.Create(ctx, pod)).To(Succeed())
+		Eventually(func(g Gomega) {
+			p, _, _ := status(g, ctx, ns, "web")
+			g.Expect(p.Status.UninjectedPods).To(BeEquivalentTo(1))
+		}).Should(Succeed())
+
+		pod.Status.Phase = corev1.PodSucceeded
+		Expect(k8sClient.Status().Update(ctx, pod)).To(Succeed())
+		Eventually(func(g Gomega) {
+			p, _, _ := status(g, ctx, ns, "web")
+			g.Expect(p.Status.UninjectedPods).To(BeZero())
+		}).Should(Succeed())
+	})
+})
