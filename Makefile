@@ -111,3 +111,41 @@ plots: ## Redraw docs/algorithms.png, its trace and its table (docs/algorithms-t
 	  --limit 10 --window 1s --burst 10 --max-delay 1s \
 	  --title "30 requests at once, then 25/s for 3 s, through a limit of 10 per 1 s (burst 10)" \
 	  --plot docs/algorithms.png < docs/algorithms-trace.txt | tee docs/algorithms.txt
+
+##@ Deployment
+
+IMG ?= ghcr.io/sluice-dev/sluice-manager:latest
+SIDECAR_IMG ?= ghcr.io/sluice-dev/sluice-sidecar:latest
+CONTAINER_TOOL ?= docker
+KUSTOMIZE ?= $(LOCALBIN)/kustomize
+KUSTOMIZE_VERSION ?= v5.8.1
+KUBECTL ?= kubectl
+
+.PHONY: docker-build
+docker-build: ## Build the manager (IMG) and sidecar (SIDECAR_IMG) images.
+	$(CONTAINER_TOOL) build -t $(IMG) -f Dockerfile .
+	$(CONTAINER_TOOL) build -t $(SIDECAR_IMG) -f Dockerfile.sidecar .
+
+.PHONY: docker-push
+docker-push: ## Push both images.
+	$(CONTAINER_TOOL) push $(IMG)
+	$(CONTAINER_TOOL) push $(SIDECAR_IMG)
+
+# deploy renders config/default through a throw-away overlay that sets the two images, so the
+# tracked kustomizations are never edited.
+.PHONY: deploy
+deploy: manifests kustomize ## Deploy to the cluster in ~/.kube/config: make deploy IMG=... SIDECAR_IMG=...
+	@overlay=$$(mktemp -d); trap 'rm -rf $$overlay' EXIT; \
+	printf 'resources:\n- %s\n' "$$(realpath --relative-to=$$overlay $(CURDIR)/config/default)" > $$overlay/kustomization.yaml; \
+	cd $$overlay && $(KUSTOMIZE) edit set image ghcr.io/sluice-dev/sluice-manager=$(IMG) ghcr.io/sluice-dev/sluice-sidecar=$(SIDECAR_IMG) && \
+	$(KUSTOMIZE) build $$overlay | $(KUBECTL) apply --server-side -f -
+
+.PHONY: undeploy
+undeploy: kustomize ## Remove what deploy installed (the CRD and every RateLimitPolicy too).
+	$(KUSTOMIZE) build config/default | $(KUBECTL) delete --ignore-not-found -f -
+
+.PHONY: kustomize
+kustomize: $(KUSTOMIZE)-$(KUSTOMIZE_VERSION) ## Install kustomize into ./bin.
+$(KUSTOMIZE)-$(KUSTOMIZE_VERSION): | $(LOCALBIN)
+	GOBIN=$(LOCALBIN) go install sigs.k8s.io/kustomize/kustomize/v5@$(KUSTOMIZE_VERSION)
+	touch $@
