@@ -62,7 +62,7 @@ const (
 	PodInfoDir  = "/etc/podinfo"
 	// RedisPasswordEnv is the environment variable that carries the Redis password from a
 	// Secret; the sidecar uses it as the password of --redis-url.
-	RedisPasswordEnv = "SLUICE_REDIS_PASSWORD"
+	RedisPasswordEnv = "SLUICE_REDIS_PASSWORD" //nolint:gosec // the name of a variable, not a credential
 	// UID is the user and group the sidecar runs as: distroless's "nonroot".
 	UID int64 = 65532
 
@@ -123,6 +123,15 @@ func (c *Config) Validate() error {
 	}
 	if c.RedisPasswordSecret != nil && (c.RedisPasswordSecret.Name == "" || c.RedisPasswordSecret.Key == "") {
 		errs = append(errs, errors.New("redis password secret: both a Secret name and a key are needed"))
+	}
+	if c.Resources != nil {
+		for _, name := range []corev1.ResourceName{corev1.ResourceCPU, corev1.ResourceMemory} {
+			req, hasReq := c.Resources.Requests[name]
+			lim, hasLim := c.Resources.Limits[name]
+			if hasReq && hasLim && req.Cmp(lim) > 0 {
+				errs = append(errs, fmt.Errorf("sidecar resources: the %s request %s exceeds the limit %s", name, req.String(), lim.String()))
+			}
+		}
 	}
 	if c.RedisTimeout != 0 {
 		if err := validTimeout(c.RedisTimeout); err != nil {
@@ -232,41 +241,7 @@ func (c *Config) options(pod *corev1.Pod) (options, error) {
 			o.image = v
 		}
 	}
-	for _, q := range []struct {
-		annotation string
-		list       *corev1.ResourceList
-		name       corev1.ResourceName
-	}{
-		{AnnotationCPURequest, &o.resources.Requests, corev1.ResourceCPU},
-		{AnnotationCPULimit, &o.resources.Limits, corev1.ResourceCPU},
-		{AnnotationMemoryRequest, &o.resources.Requests, corev1.ResourceMemory},
-		{AnnotationMemoryLimit, &o.resources.Limits, corev1.ResourceMemory},
-	} {
-		v, ok := a[q.annotation]
-		if !ok {
-			continue
-		}
-		quantity, err := resource.ParseQuantity(v)
-		if err != nil || quantity.Sign() < 0 {
-			fail(q.annotation, "is not a non-negative quantity such as 100m, 0.5, 64Mi or 1Gi")
-			continue
-		}
-		if quantity.IsZero() {
-			delete(*q.list, q.name)
-			continue
-		}
-		if *q.list == nil {
-			*q.list = corev1.ResourceList{}
-		}
-		(*q.list)[q.name] = quantity
-	}
-	for _, name := range []corev1.ResourceName{corev1.ResourceCPU, corev1.ResourceMemory} {
-		req, hasReq := o.resources.Requests[name]
-		lim, hasLim := o.resources.Limits[name]
-		if hasReq && hasLim && req.Cmp(lim) > 0 {
-			errs = append(errs, fmt.Errorf("%s: the sidecar's %s request %s exceeds its limit %s", annotationsOf(name), name, req.String(), lim.String()))
-		}
-	}
+	errs = append(errs, parseResources(a, &o.resources)...)
 	if v, ok := a[AnnotationRedisTimeout]; ok {
 		d, err := time.ParseDuration(v)
 		if err == nil {
@@ -283,10 +258,10 @@ func (c *Config) options(pod *corev1.Pod) (options, error) {
 	}
 
 	// The sidecar shares the pod's network namespace: its ports must be free there.
-	switch {
-	case o.listenPort == o.upstreamPort:
+	if o.listenPort == o.upstreamPort {
 		return options{}, fmt.Errorf("%s: %d is also the upstream port (%s); the sidecar must listen on another port", AnnotationListenPort, o.listenPort, AnnotationUpstreamPort)
-	case o.listenPort == o.metrics:
+	}
+	if o.listenPort == o.metrics {
 		return options{}, fmt.Errorf("%s: %d is also the listen port (%s)", AnnotationMetricsPort, o.metrics, AnnotationListenPort)
 	}
 	for _, ctr := range slices.Concat(pod.Spec.InitContainers, pod.Spec.Containers) {
@@ -300,6 +275,47 @@ func (c *Config) options(pod *corev1.Pod) (options, error) {
 		}
 	}
 	return o, nil
+}
+
+// parseResources applies the resource annotations to r.
+func parseResources(a map[string]string, r *corev1.ResourceRequirements) []error {
+	var errs []error
+	for _, q := range []struct {
+		annotation string
+		list       *corev1.ResourceList
+		name       corev1.ResourceName
+	}{
+		{AnnotationCPURequest, &r.Requests, corev1.ResourceCPU},
+		{AnnotationCPULimit, &r.Limits, corev1.ResourceCPU},
+		{AnnotationMemoryRequest, &r.Requests, corev1.ResourceMemory},
+		{AnnotationMemoryLimit, &r.Limits, corev1.ResourceMemory},
+	} {
+		v, ok := a[q.annotation]
+		if !ok {
+			continue
+		}
+		quantity, err := resource.ParseQuantity(v)
+		if err != nil || quantity.Sign() < 0 {
+			errs = append(errs, fmt.Errorf("%s: %q is not a non-negative quantity such as 100m, 0.5, 64Mi or 1Gi", q.annotation, v))
+			continue
+		}
+		if quantity.IsZero() {
+			delete(*q.list, q.name)
+			continue
+		}
+		if *q.list == nil {
+			*q.list = corev1.ResourceList{}
+		}
+		(*q.list)[q.name] = quantity
+	}
+	for _, name := range []corev1.ResourceName{corev1.ResourceCPU, corev1.ResourceMemory} {
+		req, hasReq := r.Requests[name]
+		lim, hasLim := r.Limits[name]
+		if hasReq && hasLim && req.Cmp(lim) > 0 {
+			errs = append(errs, fmt.Errorf("%s: the sidecar's %s request %s exceeds its limit %s", annotationsOf(name), name, req.String(), lim.String()))
+		}
+	}
+	return errs
 }
 
 func annotationsOf(name corev1.ResourceName) string {

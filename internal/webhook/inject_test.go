@@ -7,6 +7,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
 
@@ -34,6 +35,10 @@ func TestConfigValidate(t *testing.T) {
 		"unknown topology":      {config: Config{Image: "i", RedisURL: "redis+ring://r:6379"}, errs: []string{`scheme "redis+ring"`}},
 		"half a secret":         {config: Config{Image: "i", RedisURL: "redis://r", RedisPasswordSecret: secret("s", "")}, errs: []string{"both a Secret name and a key"}},
 		"timeout out of bounds": {config: Config{Image: "i", RedisTimeout: time.Minute}, errs: []string{"redis timeout: 1m0s is outside 1ms to 10s"}},
+		"request above limit": {config: Config{Image: "i", Resources: &corev1.ResourceRequirements{
+			Requests: corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("2")},
+			Limits:   corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("1")},
+		}}, errs: []string{"sidecar resources: the cpu request 2 exceeds the limit 1"}},
 		"unparsable URL hides itself": {config: Config{Image: "i", RedisURL: "redis://:pa ss@r:6379/%zz"},
 			errs: []string{"redis URL does not parse"}},
 	}
