@@ -112,6 +112,25 @@ plots: ## Redraw docs/algorithms.png, its trace and its table (docs/algorithms-t
 	  --title "30 requests at once, then 25/s for 3 s, through a limit of 10 per 1 s (burst 10)" \
 	  --plot docs/algorithms.png < docs/algorithms-trace.txt | tee docs/algorithms.txt
 
+##@ Benchmarks
+
+BENCHSTAT ?= $(LOCALBIN)/benchstat
+BENCHSTAT_VERSION ?= v0.0.0-20260908200009-22c9c6c9d4da
+
+.PHONY: benchstat
+benchstat: $(BENCHSTAT)-$(BENCHSTAT_VERSION) ## Install benchstat into ./bin.
+$(BENCHSTAT)-$(BENCHSTAT_VERSION): | $(LOCALBIN)
+	GOBIN=$(LOCALBIN) go install golang.org/x/perf/cmd/benchstat@$(BENCHSTAT_VERSION)
+	touch $@
+
+.PHONY: bench
+bench: benchstat ## Benchmark the limiter, the Redis store and the proxy path against their references into bench/results.md (BENCH_COUNT=5 BENCH_REPEAT=1).
+	BENCHSTAT=$(BENCHSTAT) bench/bench.sh
+
+.PHONY: chaos
+chaos: ## Kill, restart, pause and resume Redis under load through two sidecars; the per-phase table goes to bench/chaos.md.
+	bench/chaos.sh
+
 ##@ Deployment
 
 IMG ?= ghcr.io/sluice-dev/sluice-manager:latest
@@ -149,3 +168,9 @@ kustomize: $(KUSTOMIZE)-$(KUSTOMIZE_VERSION) ## Install kustomize into ./bin.
 $(KUSTOMIZE)-$(KUSTOMIZE_VERSION): | $(LOCALBIN)
 	GOBIN=$(LOCALBIN) go install sigs.k8s.io/kustomize/kustomize/v5@$(KUSTOMIZE_VERSION)
 	touch $@
+
+##@ End-to-end
+
+.PHONY: test-e2e
+test-e2e: ## Run Sluice on a real single-node Kubernetes (root, Linux; SKIPs elsewhere, fails under CI=true).
+	hack/realnode/e2e.sh

@@ -8,13 +8,20 @@
 # killed with SIGKILL and restarted under load). Everything it started is stopped on exit.
 #
 # Needs: go, wrk, nginx, redis-server, python3. Usage: bench/proxy.sh  (DURATION=10 RATE=1000
-# CONNS=64 THREADS=2 to change the defaults).
+# CONNS=64 THREADS=2 to change the defaults; BENCH_REPEAT=3 repeats the wrk and fixed-rate runs;
+# PROFILE=0 and OUTAGE=0 skip the profile and the outage run; OUT=dir also writes each result as
+# a tab-separated line to dir/proxy.tsv, "repeat wrk|fixed target req/s p50-ms p99-ms non-2xx",
+# and wrk's outputs next to it, for bench/bench.sh).
 set -euo pipefail
 
 DURATION=${DURATION:-10}
 RATE=${RATE:-1000}
 CONNS=${CONNS:-64}
 THREADS=${THREADS:-2}
+BENCH_REPEAT=${BENCH_REPEAT:-1}
+PROFILE=${PROFILE:-1}
+OUTAGE=${OUTAGE:-1}
+OUT=${OUT:-}
 
 cd "$(dirname "$0")/.."
 for bin in go wrk nginx redis-server python3; do
@@ -22,6 +29,7 @@ for bin in go wrk nginx redis-server python3; do
 done
 
 WORK=$(mktemp -d)
+if [ -n "$OUT" ]; then mkdir -p "$OUT"; OUT=$(cd "$OUT" && pwd); : > "$OUT/proxy.tsv"; fi
 PIDS=()
 cleanup() {
   for pid in "${PIDS[@]}"; do kill "$pid" 2>/dev/null || true; done
@@ -94,46 +102,63 @@ sidecar none "$WORK/absent.json";            NONE=$SC_PORT
 sidecar redis "$WORK/policies.json" --redis-url "redis://127.0.0.1:$REDIS/0"; RED=$SC_PORT; RED_M=$SC_METRICS; RED_PID=$SC_PID
 sidecar local "$WORK/policies.json";          LOC=$SC_PORT
 
-declare -A RPS P50 P99
-run_wrk() { # name port
-  curl -sf "http://127.0.0.1:$2/" >/dev/null
-  wrk -t1 -c8 -d1s "http://127.0.0.1:$2/" >/dev/null # warm connections
-  local out; out=$(wrk -t"$THREADS" -c"$CONNS" -d"${DURATION}s" --latency "http://127.0.0.1:$2/")
-  RPS[$1]=$(awk '/Requests\/sec/ {print $2}' <<<"$out")
-  P50[$1]=$(awk '$1=="50%" {print $2}' <<<"$out")
-  P99[$1]=$(awk '$1=="99%" {print $2}' <<<"$out")
+# ms VALUE: wrk's latency (e.g. 812.00us, 1.20ms, 2.01s) in milliseconds.
+ms() { awk -v v="$1" 'BEGIN { n = v + 0; u = v; sub(/^[0-9.]+/, "", u); f = (u == "us") ? 0.001 : (u == "s") ? 1000 : (u == "m") ? 60000 : 1; printf "%.3f", n * f }'; }
+# record FIELDS...: one tab-separated line of results in $OUT/proxy.tsv.
+record() { [ -z "$OUT" ] || { local IFS=$'\t'; printf '%s\n' "$*" >> "$OUT/proxy.tsv"; }; }
+
+declare -A RPS P50 P99 FIX
+run_wrk() { # repeat name port
+  curl -sf "http://127.0.0.1:$3/" >/dev/null
+  wrk -t1 -c8 -d1s "http://127.0.0.1:$3/" >/dev/null # warm connections
+  local out; out=$(wrk -t"$THREADS" -c"$CONNS" -d"${DURATION}s" --latency "http://127.0.0.1:$3/")
+  [ -z "$OUT" ] || printf '%s\n' "$out" > "$OUT/wrk-$2-$1.txt"
+  RPS[$2]=$(awk '/Requests\/sec/ {print $2}' <<<"$out")
+  P50[$2]=$(awk '$1=="50%" {print $2}' <<<"$out")
+  P99[$2]=$(awk '$1=="99%" {print $2}' <<<"$out")
   local bad; bad=$(awk '/Non-2xx/ {print $5}' <<<"$out")
-  printf '%-22s %10s req/s  p50 %8s  p99 %8s  non-2xx %s\n' "$1" "${RPS[$1]}" "${P50[$1]}" "${P99[$1]}" "${bad:-0}"
+  printf '%-22s %10s req/s  p50 %8s  p99 %8s  non-2xx %s\n' "$2" "${RPS[$2]}" "${P50[$2]}" "${P99[$2]}" "${bad:-0}"
+  record "$1" wrk "$2" "${RPS[$2]}" "$(ms "${P50[$2]}")" "$(ms "${P99[$2]}")" "${bad:-0}"
+}
+run_fixed() { # repeat name port
+  local out; out=$("$WORK/loadgen" -url "http://127.0.0.1:$3/" -rate "$RATE" -duration "${DURATION}s")
+  FIX[$2]=$out
+  printf '%-22s %s\n' "$2" "$out"
+  # rate=1000/s sent=10000 in 11.001s non200=0 p50=0.412ms p90=0.700ms p99=1.234ms p99.9=... max=...
+  record "$1" fixed "$2" "$RATE" \
+    "$(sed -E 's/.* p50=([0-9.]+)ms.*/\1/' <<<"$out")" "$(sed -E 's/.* p99=([0-9.]+)ms.*/\1/' <<<"$out")" \
+    "$(sed -E 's/.*non200=([0-9]+).*/\1/' <<<"$out")"
 }
 
-echo "## wrk -t$THREADS -c$CONNS -d${DURATION}s (closed loop, max throughput), $(nproc) CPUs shared by load generator and servers"
-run_wrk direct "$UP"
-run_wrk nginx+limit_req "$NGINX"
-run_wrk sidecar-no-policy "$NONE"
-run_wrk sidecar+redis "$RED"
-run_wrk sidecar-local "$LOC"
-python3 - "${RPS[sidecar+redis]}" "${RPS[nginx+limit_req]}" "${RPS[sidecar-no-policy]}" <<'EOF'
+TARGETS=("direct $UP" "nginx+limit_req $NGINX" "sidecar-no-policy $NONE" "sidecar+redis $RED" "sidecar-local $LOC")
+for rep in $(seq "$BENCH_REPEAT"); do
+  echo "## repeat $rep/$BENCH_REPEAT: wrk -t$THREADS -c$CONNS -d${DURATION}s (closed loop, max throughput), $(nproc) CPUs shared by load generator and servers"
+  for t in "${TARGETS[@]}"; do
+    read -r name port <<<"$t"
+    run_wrk "$rep" "$name" "$port"
+  done
+  python3 - "${RPS[sidecar+redis]}" "${RPS[nginx+limit_req]}" "${RPS[sidecar-no-policy]}" <<'EOF'
 import sys
 red, ngx, none = map(float, sys.argv[1:])
 print(f"ratio sidecar+redis / nginx             = {red/ngx:.2f}  (goal >= 0.5)")
 print(f"ratio sidecar+redis / sidecar-no-policy = {red/none:.2f}  (goal >= 0.8)")
 EOF
 
-echo "## open loop at $RATE req/s for ${DURATION}s (latency from scheduled start)"
-declare -A FIX
-for t in "direct $UP" "nginx+limit_req $NGINX" "sidecar-no-policy $NONE" "sidecar+redis $RED" "sidecar-local $LOC"; do
-  set -- $t
-  FIX[$1]=$("$WORK/loadgen" -url "http://127.0.0.1:$2/" -rate "$RATE" -duration "${DURATION}s")
-  printf '%-22s %s\n' "$1" "${FIX[$1]}"
-done
-python3 - "${FIX[direct]}" "${FIX[sidecar+redis]}" "${FIX[sidecar-local]}" <<'EOF'
+  echo "## repeat $rep/$BENCH_REPEAT: open loop at $RATE req/s for ${DURATION}s (latency from scheduled start)"
+  for t in "${TARGETS[@]}"; do
+    read -r name port <<<"$t"
+    run_fixed "$rep" "$name" "$port"
+  done
+  python3 - "${FIX[direct]}" "${FIX[sidecar+redis]}" "${FIX[sidecar-local]}" <<'EOF'
 import sys, re
 def p(s, k): return float(re.search(k + r"=([0-9.]+)ms", s).group(1))
 d, r, l = sys.argv[1:]
 for name, s in (("sidecar+redis", r), ("sidecar-local", l)):
     print(f"added latency {name} over direct at fixed rate: p50 +{p(s,'p50')-p(d,'p50'):.3f}ms (goal <= 0.25)  p99 +{p(s,'p99')-p(d,'p99'):.3f}ms (goal <= 0.5)")
 EOF
+done
 
+if [ "$PROFILE" = 1 ]; then
 echo "## CPU profile of sidecar+redis under wrk (8s)"
 wrk -t"$THREADS" -c"$CONNS" -d10s "http://127.0.0.1:$RED/" >/dev/null &
 WRK=$!
@@ -145,6 +170,9 @@ echo "### cumulative, request path"
 go tool pprof -top -cum -nodecount=200 "$WORK/sluice-sidecar" "$WORK/cpu.pprof" 2>/dev/null |
   grep -E 'proxy\.\(\*Handler\)|redisstore|ReverseProxy\)\.ServeHTTP|keys\.|Transport\)\.RoundTrip|go-redis.*Process|syscall\.Syscall|runtime\.gcBgMarkWorker|metrics|breaker' | head -20
 
+fi
+
+[ "$OUTAGE" = 1 ] || exit 0
 echo "## outage: redis SIGKILLed 3s into a ${DURATION}s wrk run on sidecar+redis (failureMode Local), restarted 3s later"
 wrk -t"$THREADS" -c"$CONNS" -d"${DURATION}s" "http://127.0.0.1:$RED/" > "$WORK/outage.wrk" &
 WRK=$!

@@ -1,0 +1,114 @@
+#!/usr/bin/env bash
+# `make bench`: every benchmark of Sluice next to its reference, run on this machine on loopback,
+# written to bench/results.md as ratios (absolute numbers only as context), with the raw data in
+# bench/out/.
+#
+#   1. Limiter core: go test -bench of MemoryStore (every algorithm; one key and 100k keys;
+#      serial and parallel) and of golang.org/x/time/rate AllowN, in each invocation of one test
+#      binary, BENCH_COUNT invocations in a row (so drift in the machine's load hits both alike);
+#      medians and benchstat's comparison (benchstat pinned in ./bin).
+#   2. Redis store: bench/store.sh, decisions/s at 1, 8 and 50 callers against one redis-server
+#      and redis-benchmark EVALSHA of 'return 1' on the same server at the same concurrency;
+#      Redis memory per limiter. bench/redis.sh, when present, runs too and its output is kept.
+#   3. Proxy path: bench/proxy.sh, wrk and a fixed-rate run against direct, nginx limit_req,
+#      and the sidecar with no policy, a never-denying Redis rule, and local mode.
+#
+# Installs wrk, nginx and redis via apt when missing. About 5 minutes on a quiet 2-CPU machine with
+# the defaults, 9 to 11 on a busy one.
+# Knobs: BENCH_COUNT=5 (limiter rounds), BENCH_TIME=100ms (go test -benchtime), BENCH_REPEAT=1
+# (store and proxy repeats; medians are reported), PROXY_DURATION=5 (seconds per proxy run),
+# STORE_DURATION=2s, RATE=1000 (fixed-rate run), REDIS_N=50000 and REDIS_TAKES=10000 (bench/redis.sh's
+# N and TAKES), BENCHSTAT=path.
+set -euo pipefail
+
+BENCH_COUNT=${BENCH_COUNT:-5}
+BENCH_TIME=${BENCH_TIME:-100ms}
+BENCH_REPEAT=${BENCH_REPEAT:-1}
+PROXY_DURATION=${PROXY_DURATION:-5}
+STORE_DURATION=${STORE_DURATION:-2s}
+RATE=${RATE:-1000}
+REDIS_N=${REDIS_N:-50000}
+REDIS_TAKES=${REDIS_TAKES:-10000}
+
+cd "$(dirname "$0")/.."
+ROOT=$(pwd)
+BENCHSTAT=${BENCHSTAT:-$ROOT/bin/benchstat}
+OUT=$ROOT/bench/out
+mkdir -p "$OUT"
+rm -f "$OUT"/*.txt "$OUT"/*.tsv "$OUT"/*.csv "$OUT"/*.log
+
+PIDS=()
+cleanup() {
+  for pid in "${PIDS[@]}"; do kill "$pid" 2>/dev/null || true; done
+  wait 2>/dev/null || true
+}
+trap cleanup EXIT
+
+# Tools: apt-get update once, and only when something is missing.
+missing=()
+command -v wrk >/dev/null || missing+=(wrk)
+command -v nginx >/dev/null || missing+=(nginx-light)
+{ command -v redis-server >/dev/null && command -v redis-benchmark >/dev/null; } || missing+=(redis-server redis-tools)
+command -v python3 >/dev/null || missing+=(python3)
+if [ ${#missing[@]} -gt 0 ]; then
+  sudo=""; [ "$(id -u)" = 0 ] || sudo=sudo
+  echo "# installing ${missing[*]} with apt-get" >&2
+  $sudo apt-get update -qq >&2
+  DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends "${missing[@]}" >&2
+fi
+[ -x "$BENCHSTAT" ] || { echo "missing $BENCHSTAT (make bench installs it)" >&2; exit 1; }
+
+# The machine, before anything runs.
+{
+  echo "date	$(date -u +%Y-%m-%dT%H:%M:%SZ)"
+  echo "nproc	$(nproc)"
+  echo "cpu	$(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //')"
+  echo "loadavg_start	$(cut -d' ' -f1-3 /proc/loadavg)"
+  echo "kernel	$(uname -sr)"
+  echo "go	$(go version | cut -d' ' -f3-)"
+  echo "redis-server	$(redis-server --version | sed 's/^Redis server //')"
+  echo "redis-benchmark	$(redis-benchmark --version)"
+  echo "nginx	$(nginx -v 2>&1 | sed 's/^nginx version: //')"
+  echo "wrk	$(wrk -v 2>&1 | head -1 | sed 's/ Copyright.*//')"
+  echo "benchstat	golang.org/x/perf/cmd/benchstat@$(go version -m "$BENCHSTAT" | awk '$1 == "mod" {print $3}')"
+  echo "git	$(git rev-parse --short HEAD)$(git diff --quiet HEAD -- internal sidecar bench 2>/dev/null || echo ' (with uncommitted changes in the tree)')"
+} > "$OUT/machine.tsv"
+cat "$OUT/machine.tsv" >&2
+
+echo "# 1/3 limiter core: $BENCH_COUNT rounds" >&2
+go test -c -o "$OUT/limiter.test" ./internal/limiter
+LIMITER_CMD="limiter.test -test.run '^\$' -test.bench 'BenchmarkMemoryStore|BenchmarkXTimeRate' -test.benchmem -test.benchtime $BENCH_TIME  (go test -c ./internal/limiter; $BENCH_COUNT runs in a row)"
+: > "$OUT/limiter.txt"
+for round in $(seq "$BENCH_COUNT"); do
+  echo "#   round $round/$BENCH_COUNT" >&2
+  (cd internal/limiter && "$OUT/limiter.test" -test.run '^$' -test.bench 'BenchmarkMemoryStore|BenchmarkXTimeRate' \
+    -test.benchmem -test.benchtime "$BENCH_TIME") >> "$OUT/limiter.txt"
+done
+rm -f "$OUT/limiter.test"
+# benchstat compares columns: one "impl" per algorithm, x/time/rate first (the base).
+python3 bench/report.py benchstat-input "$OUT/limiter.txt" > "$OUT/limiter-benchstat-input.txt"
+"$BENCHSTAT" -col impl "$OUT/limiter-benchstat-input.txt" > "$OUT/limiter-benchstat.txt"
+
+echo "# 2/3 redis store" >&2
+OUT=$OUT CALLERS=1,8,50 STORE_DURATION=$STORE_DURATION BENCH_REPEAT=$BENCH_REPEAT bench/store.sh
+if [ -x bench/redis.sh ]; then
+  echo "# 2b/3 bench/redis.sh (present in the tree)" >&2
+  # Bounded: its own defaults (3 repetitions of 200k requests) take many minutes on a busy machine.
+  echo "bench/redis.sh  (REPS=$BENCH_REPEAT N=$REDIS_N TAKES=$REDIS_TAKES)" > "$OUT/redis-sh.txt"
+  REPS=$BENCH_REPEAT N=$REDIS_N TAKES=$REDIS_TAKES timeout 300 bench/redis.sh >> "$OUT/redis-sh.txt" 2>&1 ||
+    echo "bench/redis.sh exited with $?" >> "$OUT/redis-sh.txt"
+fi
+
+echo "# 3/3 proxy path" >&2
+OUT=$OUT DURATION=$PROXY_DURATION RATE=$RATE BENCH_REPEAT=$BENCH_REPEAT PROFILE=0 OUTAGE=0 bench/proxy.sh | tee "$OUT/proxy.txt"
+
+echo "loadavg_end	$(cut -d' ' -f1-3 /proc/loadavg)" >> "$OUT/machine.tsv"
+{
+  echo "limiter	$LIMITER_CMD"
+  echo "store	OUT=bench/out CALLERS=1,8,50 STORE_DURATION=$STORE_DURATION BENCH_REPEAT=$BENCH_REPEAT bench/store.sh"
+  sed 's/^/store	  /' "$OUT/store-commands.txt"
+  echo "proxy	OUT=bench/out DURATION=$PROXY_DURATION RATE=$RATE BENCH_REPEAT=$BENCH_REPEAT PROFILE=0 OUTAGE=0 bench/proxy.sh"
+  echo "proxy	  wrk -t2 -c64 -d${PROXY_DURATION}s --latency URL; bench/loadgen -url URL -rate $RATE -duration ${PROXY_DURATION}s"
+} > "$OUT/commands.tsv"
+python3 bench/report.py results "$OUT" > bench/results.md
+echo "# wrote bench/results.md" >&2
