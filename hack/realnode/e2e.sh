@@ -63,5 +63,5 @@ set -a
 eval "$("$node" env)"
 set +a
 cd "$root"
-go test -tags realnode -count=1 -timeout 15m ./test/realnode/ -ginkgo.v
+go test -tags realnode -count=1 -timeout 15m -v ./test/realnode/ -ginkgo.v
 phase test $t

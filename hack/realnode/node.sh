@@ -220,15 +220,20 @@ stop() {
 
 running() { [ -f "$D/pids/$1" ] && kill -0 "$(cat "$D/pids/$1")" 2>/dev/null; }
 
-# wait_for WHAT SECONDS CMD... polls CMD until it succeeds.
+# wait_for NAME SECONDS CMD... polls CMD until it succeeds, and gives up early when the process
+# started as NAME has exited.
 wait_for() {
-  local what=$1 secs=$2 i
+  local what=$1 deadline=$((SECONDS + $2))
   shift 2
-  for ((i = 0; i < secs * 4; i++)); do
+  while ((SECONDS < deadline)); do
     if "$@" >/dev/null 2>&1; then return 0; fi
+    if [ -f "$D/pids/$what" ] && ! running "$what"; then
+      tail -n 5 "$LOGS/$what.log" >&2
+      die "$what exited (log: $LOGS/$what.log)"
+    fi
     sleep 0.25
   done
-  die "$what not ready after ${secs}s (logs in $LOGS)"
+  die "$what not ready after $2s (logs in $LOGS)"
 }
 
 # --- certificates -------------------------------------------------------------------------------
@@ -453,9 +458,21 @@ configMapAndSecretChangeDetectionStrategy: Watch
 rotateCertificates: false
 serverTLSBootstrap: false
 EOF
+  # kubelet wants its cgroup root to exist in every hierarchy; cpuset's needs its parent's sets.
+  local c
+  if [ -f /sys/fs/cgroup/cgroup.controllers ]; then
+    mkdir -p /sys/fs/cgroup/sluice-realnode
+  else
+    for c in /sys/fs/cgroup/*/; do
+      [ "$c" = /sys/fs/cgroup/unified/ ] && continue
+      mkdir -p "$c/sluice-realnode"
+    done
+    cat /sys/fs/cgroup/cpuset/cpuset.cpus >/sys/fs/cgroup/cpuset/sluice-realnode/cpuset.cpus
+    cat /sys/fs/cgroup/cpuset/cpuset.mems >/sys/fs/cgroup/cpuset/sluice-realnode/cpuset.mems
+  fi
   start kubelet "$bin/kubelet" --config "$D/kubelet.yaml" --kubeconfig "$p/kubelet.kubeconfig" \
     --root-dir "$k" --cert-dir "$k/pki" --hostname-override "$NODE" --node-ip "$HOST_IP" -v 1
-  wait_for "node $NODE" 120 node_ready
+  wait_for kubelet 120 node_ready
 }
 
 node_ready() {
@@ -602,6 +619,7 @@ new_entries() {
 
 # leftovers prints anything of a node still on the machine; empty means clean.
 leftovers() {
+  set +e +o pipefail # each check is a search that usually finds nothing
   local pid
   for pid in $(pids_using); do echo "process $pid: $(tr '\0' ' ' </proc/"$pid"/cmdline)"; done
   grep -E "$D|sluice-realnode|/run/netns/cni-" /proc/mounts | sed 's/^/mount /'
@@ -631,7 +649,7 @@ redis)
 env)
   echo "SLUICE_REALNODE_KUBECONFIG=$D/pki/admin.kubeconfig"
   echo "SLUICE_REALNODE_KUBECTL=$bin/kubectl"
-  echo "SLUICE_REALNODE_NODE_SCRIPT=$0"
+  echo "SLUICE_REALNODE_NODE_SCRIPT=$(cd "$(dirname "$0")" && pwd)/$(basename "$0")"
   echo "SLUICE_REALNODE_KUBELET_DIR=$D/kubelet"
   echo "SLUICE_REALNODE_HOST_IP=$HOST_IP"
   ;;
