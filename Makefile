@@ -40,7 +40,7 @@ vet: ## go vet.
 lint: golangci-lint ## Run golangci-lint.
 	$(GOLANGCI_LINT) run ./...
 
-GENERATED := api/v1alpha1/zz_generated.deepcopy.go config/crd/bases config/rbac/role.yaml
+GENERATED := api/v1alpha1/zz_generated.deepcopy.go config/crd/bases config/rbac/role.yaml config/webhook/manifests.yaml
 
 .PHONY: verify
 verify: controller-gen ## Fail when generated files or go.mod are stale (and regenerate them).
@@ -78,8 +78,8 @@ build: manifests generate fmt vet ## Build the binaries into ./bin.
 	go build -o $(LOCALBIN)/sluicectl ./cmd/sluicectl
 
 .PHONY: run
-run: manifests generate fmt vet ## Run the manager against the cluster in ~/.kube/config.
-	go run ./cmd/manager
+run: manifests generate fmt vet ## Run the controller (without the webhook) against the cluster in ~/.kube/config.
+	go run ./cmd/manager --webhook=false
 
 ##@ Tools
 
