@@ -135,7 +135,7 @@ func TestLateOutcomesWhileOpenAreIgnored(t *testing.T) {
 	}
 }
 
-func TestConcurrentUse(t *testing.T) {
+func TestConcurrentUse(_ *testing.T) {
 	b := New(Options{Threshold: 2, Cooldown: time.Nanosecond})
 	done := make(chan struct{})
 	for i := range 8 {

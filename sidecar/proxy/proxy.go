@@ -93,7 +93,7 @@ func New(opts Options) *Handler {
 	h.proxy = &httputil.ReverseProxy{
 		// Director (not Rewrite) keeps the incoming Host and appends the peer to
 		// X-Forwarded-For, as the application would see it without the sidecar in front.
-		Director: func(r *http.Request) {
+		Director: func(r *http.Request) { //nolint:staticcheck // see above: Rewrite would replace Host and X-Forwarded-For
 			r.URL.Scheme = target.Scheme
 			r.URL.Host = target.Host
 			if _, ok := r.Header["User-Agent"]; !ok {
@@ -102,7 +102,7 @@ func New(opts Options) *Handler {
 		},
 		Transport:  opts.Transport,
 		BufferPool: newBufferPool(),
-		ErrorHandler: func(w http.ResponseWriter, r *http.Request, err error) {
+		ErrorHandler: func(w http.ResponseWriter, r *http.Request, _ error) {
 			if r.Context().Err() != nil {
 				return // the client went away; nobody reads an answer
 			}
