@@ -11,7 +11,7 @@ root=$(cd "$here/../.." && pwd)
 node="$here/node.sh"
 
 if ! missing=$("$node" preflight 2>&1); then
-  reason=$(echo "$missing" | sed -n 's/^realnode: missing: //p' | paste -sd ';' | sed 's/;/; /g')
+  reason=$(echo "$missing" | sed -n 's/^realnode: missing: //p' | awk 'NR > 1 {printf "; "} {printf "%s", $0}')
   if [ "${CI:-}" = true ]; then
     echo "FAIL: test-e2e cannot run a Kubernetes node on this machine (CI=true, so this is an error): missing ${reason:-$missing}"
     exit 1

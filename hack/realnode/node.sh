@@ -60,7 +60,7 @@ ctr_() { ctr --address "$D/containerd/containerd.sock" -n k8s.io "$@"; }
 preflight() {
   local missing=()
   [ "$(uname -s)" = Linux ] || missing+=("Linux (this is $(uname -s))")
-  [ "$(id -u)" = 0 ] || missing+=("root (kubelet, containerd and the bridge need it; running as uid $(id -u))")
+  [ "$(id -u)" = 0 ] || missing+=("root (kubelet, containerd and the bridge need it, running as uid $(id -u))")
   if [ ${#missing[@]} = 0 ]; then
     command -v go >/dev/null || missing+=("go on PATH")
     command -v ip >/dev/null || missing+=("ip (iproute2)")
@@ -207,10 +207,10 @@ stop() {
   local name=$1 wait=${2:-20} pid i
   [ -f "$D/pids/$name" ] || return 0
   pid=$(cat "$D/pids/$name")
-  if kill -0 "$pid" 2>/dev/null; then
+  if alive "$pid"; then
     kill -TERM -- "-$pid" 2>/dev/null || kill -TERM "$pid" 2>/dev/null || true
-    for ((i = 0; i < wait * 10; i++)); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
-    if kill -0 "$pid" 2>/dev/null; then
+    for ((i = 0; i < wait * 10; i++)); do alive "$pid" || break; sleep 0.1; done
+    if alive "$pid"; then
       say "$name did not stop in ${wait}s; killing it"
       kill -KILL -- "-$pid" 2>/dev/null || kill -KILL "$pid" 2>/dev/null || true
     fi
@@ -218,7 +218,10 @@ stop() {
   rm -f "$D/pids/$name"
 }
 
-running() { [ -f "$D/pids/$1" ] && kill -0 "$(cat "$D/pids/$1")" 2>/dev/null; }
+# alive PID: the process exists and has not exited (a zombie waiting for its reaper has).
+alive() { [ -r "/proc/$1/stat" ] && [ "$(sed -E 's/.*\) (.).*/\1/' "/proc/$1/stat" 2>/dev/null)" != Z ]; }
+
+running() { [ -f "$D/pids/$1" ] && alive "$(cat "$D/pids/$1")"; }
 
 # wait_for NAME SECONDS CMD... polls CMD until it succeeds, and gives up early when the process
 # started as NAME has exited.
@@ -540,7 +543,8 @@ down() {
   if running kube-apiserver && running kubelet && running containerd; then
     kubectl delete namespace --all --wait=false --ignore-not-found >/dev/null 2>&1
     kubectl delete pods --all -A --grace-period=2 --wait=false >/dev/null 2>&1
-    for ((i = 0; i < 120; i++)); do
+    local deadline=$((SECONDS + 60))
+    while ((SECONDS < deadline)) && running kubelet; do
       [ -z "$(ctr_ tasks ls -q 2>/dev/null)" ] && break
       sleep 0.5
     done

@@ -81,7 +81,7 @@ func run(out, name, entrypoint, user string, files []string) error {
 		name string
 		data []byte
 	}{{configName, config}, {layerName, layer}, {"manifest.json", manifest}} {
-		if err := writeFile(tw, e.name, 0o644, 0, e.data); err != nil {
+		if err := writeFile(tw, e.name, 0o644, e.data); err != nil {
 			f.Close()
 			return err
 		}
@@ -105,10 +105,10 @@ func buildLayer(files []string) ([]byte, error) {
 			return nil, err
 		}
 	}
-	if err := writeFile(tw, "etc/passwd", 0o644, 0, []byte("root:x:0:0:root:/root:/sbin/nologin\nnonroot:x:65532:65532:nonroot:/home/nonroot:/sbin/nologin\n")); err != nil {
+	if err := writeFile(tw, "etc/passwd", 0o644, []byte("root:x:0:0:root:/root:/sbin/nologin\nnonroot:x:65532:65532:nonroot:/home/nonroot:/sbin/nologin\n")); err != nil {
 		return nil, err
 	}
-	if err := writeFile(tw, "etc/group", 0o644, 0, []byte("root:x:0:\nnonroot:x:65532:\n")); err != nil {
+	if err := writeFile(tw, "etc/group", 0o644, []byte("root:x:0:\nnonroot:x:65532:\n")); err != nil {
 		return nil, err
 	}
 	for _, spec := range files {
@@ -120,7 +120,7 @@ func buildLayer(files []string) ([]byte, error) {
 		if err != nil {
 			return nil, err
 		}
-		if err := writeFile(tw, dest[1:], 0o755, 0, data); err != nil {
+		if err := writeFile(tw, dest[1:], 0o755, data); err != nil {
 			return nil, err
 		}
 	}
@@ -130,8 +130,9 @@ func buildLayer(files []string) ([]byte, error) {
 	return buf.Bytes(), nil
 }
 
-func writeFile(tw *tar.Writer, name string, mode int64, uid int, data []byte) error {
-	if err := tw.WriteHeader(&tar.Header{Typeflag: tar.TypeReg, Name: name, Mode: mode, Uid: uid, Gid: uid, Size: int64(len(data)), ModTime: epoch}); err != nil {
+// writeFile adds a regular file owned by root.
+func writeFile(tw *tar.Writer, name string, mode int64, data []byte) error {
+	if err := tw.WriteHeader(&tar.Header{Typeflag: tar.TypeReg, Name: name, Mode: mode, Size: int64(len(data)), ModTime: epoch}); err != nil {
 		return err
 	}
 	_, err := io.Copy(tw, bytes.NewReader(data))
