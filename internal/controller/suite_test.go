@@ -2,10 +2,7 @@ package controller_test
 
 import (
 	"context"
-	"os"
-	"os/exec"
 	"path/filepath"
-	"strings"
 	"testing"
 
 	. "github.com/onsi/ginkgo/v2"
@@ -19,6 +16,7 @@ import (
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
 	"github.com/sluice-dev/sluice/internal/controller"
+	"github.com/sluice-dev/sluice/internal/testutil/envtestassets"
 )
 
 var (
@@ -33,27 +31,18 @@ func TestControllers(t *testing.T) {
 	RunSpecs(t, "Controller Suite")
 }
 
-// assetsDir returns KUBEBUILDER_ASSETS or asks hack/envtest-assets.sh, which uses its cache.
-func assetsDir() string {
-	if dir := os.Getenv("KUBEBUILDER_ASSETS"); dir != "" {
-		return dir
-	}
-	out, err := exec.Command(filepath.Join("..", "..", "hack", "envtest-assets.sh")).Output()
-	Expect(err).NotTo(HaveOccurred(), "hack/envtest-assets.sh could not provide envtest binaries; run `make test`")
-	return strings.TrimSpace(string(out))
-}
-
 var _ = BeforeSuite(func() {
 	logf.SetLogger(zap.New(zap.WriteTo(GinkgoWriter), zap.UseDevMode(true)))
 	var ctx context.Context
 	ctx, cancel = context.WithCancel(context.Background())
 
+	assets, err := envtestassets.Dir()
+	Expect(err).NotTo(HaveOccurred())
 	testEnv = &envtest.Environment{
 		CRDDirectoryPaths:     []string{filepath.Join("..", "..", "config", "crd", "bases")},
 		ErrorIfCRDPathMissing: true,
-		BinaryAssetsDirectory: assetsDir(),
+		BinaryAssetsDirectory: assets,
 	}
-	var err error
 	cfg, err = testEnv.Start()
 	Expect(err).NotTo(HaveOccurred())
 

@@ -10,10 +10,11 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"strings"
 
 	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
+
+	"github.com/sluice-dev/sluice/internal/testutil/envtestassets"
 )
 
 // ControlPlane is a running kube-apiserver and etcd with Sluice's CRDs and webhook
@@ -25,38 +26,8 @@ type ControlPlane struct {
 	Kubeconfig string
 }
 
-// Root returns the repository's top directory, found from the working directory upwards.
-func Root() (string, error) {
-	dir, err := os.Getwd()
-	if err != nil {
-		return "", err
-	}
-	for {
-		if _, err := os.Stat(filepath.Join(dir, "PROJECT")); err == nil {
-			return dir, nil
-		}
-		parent := filepath.Dir(dir)
-		if parent == dir {
-			return "", fmt.Errorf("no PROJECT file above the working directory: run from the repository")
-		}
-		dir = parent
-	}
-}
-
-// EnvtestAssets returns KUBEBUILDER_ASSETS or asks hack/envtest-assets.sh, which builds the
-// binaries on first use (minutes) and reuses its cache afterwards. Its progress goes to stderr.
-func EnvtestAssets(root string) (string, error) {
-	if dir := os.Getenv("KUBEBUILDER_ASSETS"); dir != "" {
-		return dir, nil
-	}
-	cmd := exec.Command(filepath.Join(root, "hack", "envtest-assets.sh"))
-	cmd.Stderr = os.Stderr
-	out, err := cmd.Output()
-	if err != nil {
-		return "", fmt.Errorf("hack/envtest-assets.sh: %w", err)
-	}
-	return strings.TrimSpace(string(out)), nil
-}
+// Root returns the repository's top directory.
+func Root() (string, error) { return envtestassets.Root() }
 
 // StartControlPlane starts kube-apiserver and etcd from assets, installs the CRDs from
 // config/crd/bases and the webhook configurations from config/webhook (pointed at a local

@@ -21,6 +21,7 @@ import (
 	ctrlwebhook "sigs.k8s.io/controller-runtime/pkg/webhook"
 
 	"github.com/sluice-dev/sluice/internal/controller"
+	"github.com/sluice-dev/sluice/internal/testutil/envtestassets"
 	"github.com/sluice-dev/sluice/internal/testutil/redisserver"
 	"github.com/sluice-dev/sluice/internal/upstream"
 	"github.com/sluice-dev/sluice/internal/webhook"
@@ -105,7 +106,7 @@ func Start(ctx context.Context, opts Options) (_ *System, err error) {
 	}
 
 	opts.Progress("Providing envtest binaries (the first run builds them from source: several minutes)")
-	assets, err := EnvtestAssets(root)
+	assets, err := envtestassets.Dir()
 	if err != nil {
 		return nil, err
 	}

@@ -2,10 +2,7 @@ package webhook_test
 
 import (
 	"context"
-	"os"
-	"os/exec"
 	"path/filepath"
-	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -24,6 +21,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/webhook/admission"
 
 	"github.com/sluice-dev/sluice/internal/controller"
+	"github.com/sluice-dev/sluice/internal/testutil/envtestassets"
 	"github.com/sluice-dev/sluice/internal/webhook"
 )
 
@@ -75,16 +73,6 @@ func (c counting) Handle(ctx context.Context, req admission.Request) admission.R
 	return c.Handler.Handle(ctx, req)
 }
 
-// assetsDir returns KUBEBUILDER_ASSETS or asks hack/envtest-assets.sh, which uses its cache.
-func assetsDir() string {
-	if dir := os.Getenv("KUBEBUILDER_ASSETS"); dir != "" {
-		return dir
-	}
-	out, err := exec.Command(filepath.Join("..", "..", "hack", "envtest-assets.sh")).Output()
-	Expect(err).NotTo(HaveOccurred(), "hack/envtest-assets.sh could not provide envtest binaries; run `make test`")
-	return strings.TrimSpace(string(out))
-}
-
 var _ = BeforeSuite(func() {
 	logf.SetLogger(zap.New(zap.WriteTo(GinkgoWriter), zap.UseDevMode(true)))
 	var ctx context.Context
@@ -92,11 +80,12 @@ var _ = BeforeSuite(func() {
 
 	// The generated configuration, as `make manifests` wrote it: envtest points its
 	// clientConfig at the local server below and keeps everything else.
+	assets, err := envtestassets.Dir()
+	Expect(err).NotTo(HaveOccurred())
 	testEnv = &envtest.Environment{
 		WebhookInstallOptions: envtest.WebhookInstallOptions{Paths: []string{filepath.Join("..", "..", "config", "webhook", "manifests.yaml")}},
-		BinaryAssetsDirectory: assetsDir(),
+		BinaryAssetsDirectory: assets,
 	}
-	var err error
 	cfg, err = testEnv.Start()
 	Expect(err).NotTo(HaveOccurred())
 
