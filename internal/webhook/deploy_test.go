@@ -2,7 +2,6 @@ package webhook_test
 
 import (
 	"bytes"
-	"context"
 	"os"
 	"path/filepath"
 	"strings"
@@ -124,23 +123,6 @@ var _ = Describe("The deployment manifests", func() {
 		out := apply(objects, true)
 		Expect(out).To(ContainSubstring("deployment.apps/sluice-controller-manager serverside-applied (server dry run)"))
 		Expect(out).To(ContainSubstring("mutatingwebhookconfiguration.admissionregistration.k8s.io/sluice-mutating-webhook-configuration serverside-applied (server dry run)"))
-	})
-
-	It("include samples that kustomize builds and the API server accepts", func(ctx context.Context) {
-		objects := splitObjects(kustomize(filepath.Join("..", "..", "config", "samples")))
-		Expect(objects).NotTo(BeEmpty())
-		crd := splitObjects(kustomize(filepath.Join("..", "..", "config", "crd")))
-		apply(crd, false)
-		ns := newNamespace(ctx)
-		for _, o := range objects {
-			o.SetNamespace(ns)
-		}
-		Eventually(func(g Gomega) {
-			// The CRD may take a moment to be served after it is created.
-			_, stderr, err := kubectl("get", "ratelimitpolicies", "-n", ns)
-			g.Expect(err).NotTo(HaveOccurred(), stderr)
-		}).Should(Succeed())
-		apply(objects, true)
 	})
 })
 
