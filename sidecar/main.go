@@ -105,7 +105,10 @@ func run() error {
 		if err := ro.Validate(); err != nil {
 			return err
 		}
-		opts.Remote = redisstore.New(client, ro)
+		store := redisstore.New(client, ro)
+		// Runs before the client's Close above: the store's batcher stops first.
+		defer func() { _ = store.Close() }()
+		opts.Remote = store
 		opts.Breaker = breaker.New(breaker.Options{
 			Threshold: *threshold, Cooldown: *cooldown, MaxCooldown: *maxCooldown,
 			OnTransition: func(from, to breaker.State, cd time.Duration) {

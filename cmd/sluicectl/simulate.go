@@ -211,7 +211,7 @@ func openStore(name, redisURL string) (limiter.Store, func(), error) {
 			Prefix:  fmt.Sprintf("sluicectl-simulate-%d", time.Now().UnixNano()),
 			Timeout: 5 * time.Second,
 		})
-		return store, func() { _ = client.Close() }, nil
+		return store, func() { _ = store.Close(); _ = client.Close() }, nil
 	default:
 		return nil, nil, fmt.Errorf("unknown store %q (want memory or redis)", name)
 	}

@@ -93,7 +93,9 @@ func newEnv(t *testing.T, doc []byte, o envOpt) *env {
 		t.Cleanup(func() { _ = client.Close() })
 		ro := redisstore.DefaultOptions()
 		ro.Timeout = cmp(o.timeout, 50*time.Millisecond)
-		opts.Remote = redisstore.New(client, ro)
+		store := redisstore.New(client, ro)
+		t.Cleanup(func() { _ = store.Close() })
+		opts.Remote = store
 		cd := cmp(o.cooldown, 100*time.Millisecond)
 		e.brk = breaker.New(breaker.Options{Cooldown: cd, MaxCooldown: 4 * cd,
 			OnTransition: func(_, to breaker.State, _ time.Duration) {

@@ -3,17 +3,15 @@ package redisstore
 import (
 	"context"
 	"os"
-	"runtime"
 	"strconv"
+	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/sluice-dev/sluice/internal/testutil/redisserver"
 )
-
-// benchCallers is the number of concurrent callers in the benchmarks.
-const benchCallers = 50
 
 // benchURL returns the Redis to benchmark against: $SLUICE_BENCH_REDIS_URL if set (a disposable
 // server, to compare with redis-benchmark on the same one; the benchmark writes keys under a
@@ -25,51 +23,97 @@ func benchURL(b *testing.B) string {
 	return redisserver.Start(b).URL()
 }
 
-// runParallel runs take from benchCallers goroutines, each with its own limiter key, and
-// reports decisions per second.
-func runParallel(b *testing.B, take func(ctx context.Context, key string) error) {
-	var caller atomic.Int64
-	b.SetParallelism((benchCallers + runtime.GOMAXPROCS(0) - 1) / runtime.GOMAXPROCS(0))
+// benchList returns the comma-separated $env, or def.
+func benchList(env, def string) []string {
+	if v := os.Getenv(env); v != "" {
+		return strings.Split(v, ",")
+	}
+	return strings.Split(def, ",")
+}
+
+// benchCallers are the numbers of concurrent callers, $SLUICE_BENCH_CALLERS (e.g. "1,8,50"),
+// default 50.
+func benchCallers(b *testing.B) []int {
+	var ns []int
+	for _, v := range benchList("SLUICE_BENCH_CALLERS", "50") {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 1 {
+			b.Fatalf("SLUICE_BENCH_CALLERS: %q is not a positive number", v)
+		}
+		ns = append(ns, n)
+	}
+	return ns
+}
+
+// benchModes maps the store variants to their number of pipelines in flight (0: one round
+// trip per Take). $SLUICE_BENCH_MODES picks some, default "unbatched,batched".
+var benchModes = map[string]int{"unbatched": 0, "batched": senders, "senders1": 1, "senders2": 2, "senders4": 4}
+
+// runCallers runs take from exactly callers goroutines, each with its own limiter key, until
+// b.N calls are made, and reports decisions per second.
+func runCallers(b *testing.B, callers int, take func(ctx context.Context, key string) error) {
+	var next atomic.Int64
+	var wg sync.WaitGroup
 	b.ReportAllocs()
 	b.ResetTimer()
-	b.RunParallel(func(pb *testing.PB) {
-		key := "client-" + strconv.FormatInt(caller.Add(1), 10)
-		ctx := context.Background()
-		for pb.Next() {
-			if err := take(ctx, key); err != nil {
-				b.Error(err)
-				return
+	for i := range callers {
+		key := "client-" + strconv.Itoa(i)
+		wg.Go(func() {
+			ctx := context.Background()
+			for next.Add(1) <= int64(b.N) {
+				if err := take(ctx, key); err != nil {
+					b.Error(err)
+					return
+				}
 			}
-		}
-	})
+		})
+	}
+	wg.Wait()
 	b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "decisions/s")
 }
 
-// BenchmarkTake measures decisions per second with 50 concurrent callers against one local
-// redis-server, per algorithm, with server time as in production. Limits are set so that most
-// requests pass and some are denied.
+// BenchmarkTake measures decisions per second against one local redis-server, per number of
+// concurrent callers, store variant and algorithm, with server time as in production. Limits
+// are set so that most requests pass and some are denied. bench/redis.sh runs it next to
+// redis-benchmark on the same server.
 func BenchmarkTake(b *testing.B) {
-	for _, lim := range limits(1000, time.Second, 0, time.Second) {
-		b.Run(limitName(lim), func(b *testing.B) {
-			s := New(newClient(b, benchURL(b)), Options{Prefix: freshPrefix("bench"), ServerTime: true, Timeout: testTimeout})
-			runParallel(b, func(ctx context.Context, key string) error {
-				_, err := s.Take(ctx, key, lim, 1, time.Time{})
-				return err
-			})
-		})
+	url := benchURL(b)
+	for _, callers := range benchCallers(b) {
+		for _, mode := range benchList("SLUICE_BENCH_MODES", "unbatched,batched") {
+			n, ok := benchModes[mode]
+			if !ok {
+				b.Fatalf("SLUICE_BENCH_MODES: unknown mode %q", mode)
+			}
+			for _, lim := range limits(1000, time.Second, 0, time.Second) {
+				b.Run("callers="+strconv.Itoa(callers)+"/"+mode+"/"+limitName(lim), func(b *testing.B) {
+					s := newWithSenders(newClient(b, url), Options{Prefix: freshPrefix("bench"), ServerTime: true, Timeout: testTimeout}, n)
+					b.Cleanup(func() { _ = s.Close() })
+					runCallers(b, callers, func(ctx context.Context, key string) error {
+						_, err := s.Take(ctx, key, lim, 1, time.Time{})
+						return err
+					})
+				})
+			}
+		}
 	}
 }
 
-// BenchmarkEvalReturn1 is the ceiling of the client side: EVALSHA of 'return 1' through the
-// same go-redis client and callers, what BenchmarkTake would reach if the scripts cost nothing.
-// Compare both with `redis-benchmark -c 50 EVALSHA <sha1 of 'return 1'> 0` on the same server.
+// BenchmarkEvalReturn1 is the ceiling of go-redis without batching: EVALSHA of 'return 1'
+// through the same client and callers, what an unbatched BenchmarkTake would reach if the
+// scripts cost nothing. Compare with `redis-benchmark -c <callers> EVALSHA <sha1 of 'return 1'>
+// 0` on the same server.
 func BenchmarkEvalReturn1(b *testing.B) {
-	client := newClient(b, benchURL(b))
-	sha, err := client.ScriptLoad(context.Background(), "return 1").Result()
-	if err != nil {
-		b.Fatal(err)
+	url := benchURL(b)
+	for _, callers := range benchCallers(b) {
+		b.Run("callers="+strconv.Itoa(callers), func(b *testing.B) {
+			client := newClient(b, url)
+			sha, err := client.ScriptLoad(context.Background(), "return 1").Result()
+			if err != nil {
+				b.Fatal(err)
+			}
+			runCallers(b, callers, func(ctx context.Context, _ string) error {
+				return client.EvalSha(ctx, sha, nil).Err()
+			})
+		})
 	}
-	runParallel(b, func(ctx context.Context, _ string) error {
-		return client.EvalSha(ctx, sha, nil).Err()
-	})
 }

@@ -16,8 +16,11 @@ func TestCluster(t *testing.T) {
 	c := redisserver.StartCluster(t, 3)
 	addrs := c.Addrs()
 	client := newClient(t, "redis+cluster://"+addrs[0]+"?addr="+addrs[1]+"&addr="+addrs[2])
-	rs := New(client, Options{Prefix: freshPrefix("cluster"), Timeout: testTimeout})
+	rs := newStore(t, client, Options{Prefix: freshPrefix("cluster"), Timeout: testTimeout})
 	ms := limiter.NewMemoryStore(limiter.MemoryStoreOptions{})
+	if rs.batch != nil {
+		t.Fatal("a cluster client's Store batches; a hung master would hold back every node's decisions")
+	}
 
 	keys := []string{"user:1", "user:2", "10.0.0.1", "{tag}", "a}b{c", "tenant/x", "y", "z"}
 	for _, lim := range limits(3, time.Second, 0, time.Second) {

@@ -67,7 +67,7 @@ func TestConcurrentCallersAdmitExactlyTheLimit(t *testing.T) {
 	client := newClient(t, srv.URL())
 	for _, lim := range limits(300, time.Minute, 0, limiter.MaxWindow) {
 		t.Run(limitName(lim), func(t *testing.T) {
-			s := New(client, Options{Prefix: freshPrefix("conc"), Timeout: testTimeout})
+			s := newStore(t, client, Options{Prefix: freshPrefix("conc"), Timeout: testTimeout})
 			admitted := takeConcurrently(t, s, "hot", lim, goroutines, each, func() time.Time { return at(0) })
 			checkExactlyCapacity(t, lim, admitted)
 		})
@@ -94,7 +94,7 @@ func TestConcurrentCallersServerTime(t *testing.T) {
 		{Algorithm: limiter.TokenBucket, Limit: 300, Window: 24 * time.Hour},
 	} {
 		t.Run(limitName(lim), func(t *testing.T) {
-			s := New(client, Options{Prefix: freshPrefix("conc-st"), Timeout: testTimeout, ServerTime: true})
+			s := newStore(t, client, Options{Prefix: freshPrefix("conc-st"), Timeout: testTimeout, ServerTime: true})
 			before := serverMs()
 			admitted := takeConcurrently(t, s, "hot", lim, goroutines, each, time.Now)
 			after := serverMs()
@@ -116,8 +116,8 @@ func TestSkewedClocksShareOneLimit(t *testing.T) {
 	run := func(serverTime bool) int {
 		prefix := freshPrefix("skew")
 		// Separate clients, as two pods would have.
-		a := New(newClient(t, srv.URL()), Options{Prefix: prefix, Timeout: testTimeout, ServerTime: serverTime})
-		b := New(newClient(t, srv.URL()), Options{Prefix: prefix, Timeout: testTimeout, ServerTime: serverTime})
+		a := newStore(t, newClient(t, srv.URL()), Options{Prefix: prefix, Timeout: testTimeout, ServerTime: serverTime})
+		b := newStore(t, newClient(t, srv.URL()), Options{Prefix: prefix, Timeout: testTimeout, ServerTime: serverTime})
 		base := time.Now()
 		admitted := 0
 		for i := range 40 {

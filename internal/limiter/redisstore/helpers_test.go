@@ -32,6 +32,15 @@ func newClient(t testing.TB, url string) redis.UniversalClient {
 	return c
 }
 
+// newStore is New, closing the Store (stopping its batcher) when the test ends, before the
+// client newClient registered earlier is closed.
+func newStore(t testing.TB, client redis.UniversalClient, opts Options) *Store {
+	t.Helper()
+	s := New(client, opts)
+	t.Cleanup(func() { _ = s.Close() })
+	return s
+}
+
 var prefixSeq atomic.Int64
 
 // freshPrefix returns a key prefix no other store in this test binary uses, so tests sharing a

@@ -34,7 +34,7 @@ func memoryUsage(t *testing.T, srv *redisserver.Server, keys []string) int {
 // makes it balloon.
 func TestMemoryPerKey(t *testing.T) {
 	srv := redisserver.Start(t)
-	s := New(newClient(t, srv.URL()), Options{Timeout: testTimeout})
+	s := newStore(t, newClient(t, srv.URL()), Options{Timeout: testTimeout})
 	for _, lim := range limits(100, time.Minute, 0, time.Minute) {
 		keys := s.Keys("client-42", lim)
 		mustTake(t, s, "client-42", lim, 1, at(0))
@@ -67,7 +67,7 @@ func TestEveryKeyHasATTL(t *testing.T) {
 	srv := redisserver.Start(t)
 	client := newClient(t, srv.URL())
 	for _, serverTime := range []bool{false, true} {
-		s := New(client, Options{Prefix: freshPrefix("ttl"), Timeout: testTimeout, ServerTime: serverTime})
+		s := newStore(t, client, Options{Prefix: freshPrefix("ttl"), Timeout: testTimeout, ServerTime: serverTime})
 		last := map[string]limiter.Result{}
 		for _, lim := range limits(5, 2*time.Second, 7, time.Second) {
 			for i := range 40 {
@@ -120,7 +120,7 @@ func TestEveryKeyHasATTL(t *testing.T) {
 // the explicit mode would reject.
 func TestServerTimeIgnoresNow(t *testing.T) {
 	srv := redisserver.Start(t)
-	s := New(newClient(t, srv.URL()), Options{Timeout: testTimeout, ServerTime: true})
+	s := newStore(t, newClient(t, srv.URL()), Options{Timeout: testTimeout, ServerTime: true})
 	lim := limiter.Limit{Algorithm: limiter.FixedWindow, Limit: 3, Window: time.Hour}
 	var got []bool
 	for _, now := range []time.Time{time.Now(), {}, time.UnixMilli(-5), time.Now().Add(1000 * time.Hour), time.Now()} {

@@ -25,17 +25,26 @@ var (
 	leakyBucketLua string
 )
 
-// One script per algorithm, each run with EVALSHA, falling back to EVAL (which caches it) when
-// Redis answers NOSCRIPT, as after a restart.
+// script is one algorithm's Lua, run with EVALSHA. When Redis answers NOSCRIPT (after a restart
+// or SCRIPT FLUSH) an unbatched call falls back to EVAL (Run), which caches it; a batch sends
+// SCRIPT LOAD of src and re-sends the entries that failed.
+type script struct {
+	*redis.Script
+	src string
+}
+
+func newScript(src string) *script { return &script{Script: redis.NewScript(src), src: src} }
+
+// One script per algorithm.
 var (
-	fixedWindowScript    = redis.NewScript(preludeLua + fixedWindowLua)
-	slidingLogScript     = redis.NewScript(preludeLua + slidingLogLua)
-	slidingCounterScript = redis.NewScript(preludeLua + slidingCounterLua)
-	tokenBucketScript    = redis.NewScript(preludeLua + tokenBucketLua)
-	leakyBucketScript    = redis.NewScript(preludeLua + leakyBucketLua)
+	fixedWindowScript    = newScript(preludeLua + fixedWindowLua)
+	slidingLogScript     = newScript(preludeLua + slidingLogLua)
+	slidingCounterScript = newScript(preludeLua + slidingCounterLua)
+	tokenBucketScript    = newScript(preludeLua + tokenBucketLua)
+	leakyBucketScript    = newScript(preludeLua + leakyBucketLua)
 )
 
-func scriptFor(lim limiter.Limit) *redis.Script {
+func scriptFor(lim limiter.Limit) *script {
 	switch lim.Algorithm {
 	case limiter.FixedWindow:
 		return fixedWindowScript

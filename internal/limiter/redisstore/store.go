@@ -1,11 +1,15 @@
 // Package redisstore is a limiter.Store kept in Redis, so that every replica of a service shares
 // one limit per key.
 //
-// Each decision is one round trip: EVALSHA of the algorithm's Lua script, which reads the key's
-// state, applies the same integer transition as package limiter (ported formula for formula; a
+// Each decision is one EVALSHA of the algorithm's Lua script, which reads the key's state,
+// applies the same integer transition as package limiter (ported formula for formula; a
 // differential test against limiter.MemoryStore keeps them equal) and writes the state back with
-// a TTL. By default the script takes the time from Redis (TIME), so every client shares one
-// clock however far apart their own clocks are.
+// a TTL, atomically. By default the script takes the time from Redis (TIME), so every client
+// shares one clock however far apart their own clocks are.
+//
+// Concurrent decisions share round trips: with a single-node or Sentinel client, the Store's
+// batcher sends the Takes waiting at that moment as one pipeline, without waiting for more (see
+// batch.go). Cluster clients make one round trip per decision. Close stops the batcher.
 //
 // # Key layout
 //
@@ -144,14 +148,28 @@ type Store struct {
 	prefix     string
 	timeout    time.Duration
 	serverTime bool
+	// batch sends concurrent Takes as pipelines; nil for cluster clients (one round trip per
+	// Take).
+	batch *batcher
 }
 
 var _ limiter.Store = (*Store)(nil)
 
-// New returns a Store deciding with client, which it does not own (close it yourself). It
-// panics if opts fail Validate, a programming error; check options from configuration with
-// Validate first.
+// New returns a Store deciding with client, which it does not own (close it yourself, after
+// the Store). With a single-node or Sentinel client (*redis.Client) the Store runs a batcher
+// goroutine until Close. It panics if opts fail Validate, a programming error; check options
+// from configuration with Validate first.
 func New(client redis.UniversalClient, opts Options) *Store {
+	n := 0
+	if _, ok := client.(*redis.Client); ok {
+		n = senders
+	}
+	return newWithSenders(client, opts, n)
+}
+
+// newWithSenders is New with n pipelines in flight at most; 0 sends every Take on its own, as
+// for cluster clients. The benchmarks compare them.
+func newWithSenders(client redis.UniversalClient, opts Options, n int) *Store {
 	if err := opts.Validate(); err != nil {
 		panic(err)
 	}
@@ -162,11 +180,27 @@ func New(client redis.UniversalClient, opts Options) *Store {
 	if s.timeout == 0 {
 		s.timeout = DefaultTimeout
 	}
+	if n > 0 {
+		s.batch = newBatcher(client, n)
+	}
 	return s
 }
 
+// Close stops the Store's batcher and waits for its goroutines to return, at most
+// Options.Timeout (a pipeline in flight runs out its budget). Takes waiting for a pipeline fail
+// at once, like every later Take, with an *Error wrapping ErrClosed. Close does not close the
+// client; close it after the Store. Close is idempotent and always returns nil.
+func (s *Store) Close() error {
+	if s.batch != nil {
+		s.batch.close()
+	}
+	return nil
+}
+
 // Take implements limiter.Store: it decides whether n units fit under lim for key and records
-// them when they do, in one script call.
+// them when they do, in one script call (sent in a pipeline with the other Takes waiting at the
+// moment, for a single-node client). It returns when the reply arrives or the budget
+// (Options.Timeout, or ctx's deadline if earlier) runs out, whichever is first.
 //
 // With ServerTime, now is ignored; otherwise it is the decision time, truncated to the
 // millisecond, and must lie between the Unix epoch and limiter.MaxNowMs (else the error wraps
@@ -201,9 +235,15 @@ func (s *Store) Take(ctx context.Context, key string, lim limiter.Limit, n int64
 	ctx, cancel := context.WithTimeout(ctx, s.timeout)
 	defer cancel()
 	start := time.Now()
-	vals, err := scriptFor(lim).Run(ctx, s.client, s.Keys(key, lim),
-		nowArg, lim.Limit, lim.WindowMs(), capacity, n, minTTL, lim.MaxDelay.Milliseconds(), mode,
-	).Int64Slice()
+	sc, keys := scriptFor(lim), s.Keys(key, lim)
+	args := []any{nowArg, lim.Limit, lim.WindowMs(), capacity, n, minTTL, lim.MaxDelay.Milliseconds(), mode}
+	var vals []int64
+	var err error
+	if s.batch != nil {
+		vals, err = s.batch.do(ctx, sc, keys, args)
+	} else {
+		vals, err = sc.Run(ctx, s.client, keys, args...).Int64Slice()
+	}
 	if err != nil {
 		return limiter.Result{}, s.wrap(ctx, err, time.Since(start))
 	}
@@ -270,7 +310,7 @@ func algTag(lim limiter.Limit) string {
 
 // ErrUnavailable matches (errors.Is) every error of a Take that Redis could not answer: the
 // server is down, unreachable, paused, too slow for Options.Timeout, out of memory, or replied
-// with an error. A caller falls back on it (e.g. to a local store).
+// with an error, or the Store was closed. A caller falls back on it (e.g. to a local store).
 var ErrUnavailable = errors.New("redis unavailable")
 
 // ErrTimeout matches the subset of ErrUnavailable where the call ran out of time (Options.Timeout

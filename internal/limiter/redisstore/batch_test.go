@@ -1,0 +1,190 @@
+package redisstore
+
+import (
+	"context"
+	"errors"
+	"runtime"
+	"slices"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/sluice-dev/sluice/internal/limiter"
+	"github.com/sluice-dev/sluice/internal/testutil/redisserver"
+)
+
+// TestSingleNodeClientBatches: a single-node client gets a batcher, and concurrent callers on
+// one key share pipelines yet admit exactly the limit (each decision is still one script).
+func TestSingleNodeClientBatches(t *testing.T) {
+	const goroutines, each = 64, 25
+	srv := redisserver.Start(t)
+	s := newStore(t, newClient(t, srv.URL()), Options{Prefix: freshPrefix("batch"), Timeout: testTimeout})
+	if s.batch == nil {
+		t.Fatal("a single-node client's Store has no batcher")
+	}
+	lim := limiter.Limit{Algorithm: limiter.FixedWindow, Limit: 300, Window: time.Minute}
+	checkExactlyCapacity(t, lim, takeConcurrently(t, s, "hot", lim, goroutines, each, func() time.Time { return at(0) }))
+	batches, largest := s.batch.batches.Load(), s.batch.largest.Load()
+	t.Logf("%d decisions in %d pipelines, the largest of %d", goroutines*each, batches, largest)
+	if largest < 2 {
+		t.Errorf("no pipeline carried more than one decision (%d pipelines for %d decisions)", batches, goroutines*each)
+	}
+}
+
+// TestNoScriptMidBatch: after SCRIPT FLUSH, a batch that mixes a script Redis has (reloaded by
+// an earlier call) with one it lost recovers: SCRIPT LOAD, then only the NOSCRIPT entries are
+// sent again, and no request is counted twice.
+func TestNoScriptMidBatch(t *testing.T) {
+	const goroutines, each = 32, 20
+	srv := redisserver.Start(t)
+	s := newStore(t, newClient(t, srv.URL()), Options{Prefix: freshPrefix("noscript"), Timeout: testTimeout})
+	fw := limiter.Limit{Algorithm: limiter.FixedWindow, Limit: 200, Window: time.Minute}
+	tb := limiter.Limit{Algorithm: limiter.TokenBucket, Limit: 200, Window: limiter.MaxWindow}
+	now := func() time.Time { return at(0) }
+
+	// The first few concurrent calls make their own round trips, falling back to EVAL on
+	// NOSCRIPT; this test is about pipelines, so it pretends those calls are always in flight.
+	s.batch.active.Add(directMax)
+	defer s.batch.active.Add(-directMax)
+
+	// Both scripts cached, some units taken; then the cache is flushed between calls.
+	first := map[limiter.Algorithm][]limiter.Result{}
+	for _, lim := range []limiter.Limit{fw, tb} {
+		for range 50 {
+			first[lim.Algorithm] = append(first[lim.Algorithm], mustTake(t, s, "k", lim, 1, at(0)))
+		}
+	}
+	if _, err := srv.Do("SCRIPT", "FLUSH"); err != nil {
+		t.Fatal(err)
+	}
+	// FixedWindow's script is loaded again by a lone call; TokenBucket's stays missing, so the
+	// concurrent batches below carry entries that run next to entries answered NOSCRIPT.
+	first[fw.Algorithm] = append(first[fw.Algorithm], mustTake(t, s, "k", fw, 1, at(0)))
+	reloads := s.batch.reloads.Load()
+
+	var wg sync.WaitGroup
+	lims := []limiter.Limit{fw, tb}
+	results := make([][]limiter.Result, len(lims))
+	for i, lim := range lims {
+		wg.Go(func() { results[i] = takeConcurrently(t, s, "k", lim, goroutines, each, now) })
+	}
+	wg.Wait()
+	for i, lim := range lims {
+		checkExactlyCapacity(t, lim, append(first[lim.Algorithm], results[i]...))
+	}
+	if got := s.batch.reloads.Load() - reloads; got < 1 {
+		t.Errorf("no batch hit NOSCRIPT after the flush (%d recoveries)", got)
+	}
+	t.Logf("NOSCRIPT recoveries: %d before the concurrent calls, %d during", reloads, s.batch.reloads.Load()-reloads)
+}
+
+// TestPausedRedisFailsEveryWaitingCaller: with Redis hung, every caller, whether its pipeline
+// is in flight or it is still queued behind full pipelines, fails as a timeout within its own
+// budget, not after the batch's.
+func TestPausedRedisFailsEveryWaitingCaller(t *testing.T) {
+	// More callers than the pipelines in flight can carry, so some wait in the queue.
+	const callers = senders*maxBatch + 100
+	srv := redisserver.Start(t)
+	client := newClient(t, srv.URL())
+	s := newStore(t, client, Options{Timeout: failureBudget, ServerTime: true})
+	lim := limiter.Limit{Algorithm: limiter.FixedWindow, Limit: 1000, Window: time.Hour}
+	mustTake(t, s, "k", lim, 1, time.Time{})
+	srv.Pause()
+	t.Cleanup(srv.Resume)
+
+	elapsed := make([]time.Duration, callers)
+	errs := make([]error, callers)
+	var wg sync.WaitGroup
+	for i := range callers {
+		wg.Go(func() {
+			start := time.Now()
+			_, errs[i] = s.Take(context.Background(), "k", lim, 1, time.Time{})
+			elapsed[i] = time.Since(start)
+		})
+	}
+	wg.Wait()
+	for i, err := range errs {
+		var e *Error
+		if !errors.As(err, &e) || !errors.Is(err, ErrUnavailable) || !errors.Is(err, ErrTimeout) {
+			t.Fatalf("caller %d: %v (%T), want an *Error matching ErrUnavailable and ErrTimeout", i, err, err)
+		}
+		if elapsed[i] < failureBudget {
+			t.Fatalf("caller %d timed out after %s, before the %s budget", i, elapsed[i], failureBudget)
+		}
+	}
+	slices.Sort(elapsed)
+	// Loose, as in failedTake: a loaded machine delays wake-ups, not Redis. Without the per-call
+	// select a queued caller would wait for the pipeline ahead of it, twice the budget or more.
+	if worst := elapsed[len(elapsed)-1]; worst > 20*failureBudget {
+		t.Fatalf("slowest caller failed after %s, more than 20 times the %s budget", worst, failureBudget)
+	}
+	t.Logf("%d callers against a paused Redis, budget %s: failed after min %s, median %s, p99 %s, max %s",
+		callers, failureBudget, elapsed[0], elapsed[callers/2], elapsed[callers*99/100], elapsed[callers-1])
+
+	srv.Resume()
+	if r := mustTake(t, newStore(t, client, Options{Timeout: testTimeout, ServerTime: true}), "k", lim, 1, time.Time{}); !r.Allowed {
+		t.Fatalf("after resume: %+v", r)
+	}
+}
+
+// TestCloseStopsTheBatcher: Close returns once the batcher's goroutines are gone, is
+// idempotent, fails a call in flight at once with ErrClosed, and every later Take too.
+func TestCloseStopsTheBatcher(t *testing.T) {
+	srv := redisserver.Start(t)
+	client := newClient(t, srv.URL())
+	lim := limiter.Limit{Algorithm: limiter.FixedWindow, Limit: 1000, Window: time.Hour}
+	// Warm the client's pool, whose goroutines are the client's, not the Store's.
+	warm := newWithSenders(client, Options{ServerTime: true}, 0)
+	mustTake(t, warm, "k", lim, 1, time.Time{})
+	before := runtime.NumGoroutine()
+
+	const budget = time.Second
+	s := New(client, Options{ServerTime: true, Timeout: budget})
+	takeConcurrently(t, s, "k", lim, 8, 10, time.Now)
+	if during := runtime.NumGoroutine(); during < before+senders {
+		t.Fatalf("%d goroutines with the Store open, %d before: where are the %d senders?", during, before, senders)
+	}
+
+	// A call in a pipeline when Close comes: Redis is paused, so the pipeline hangs for the
+	// budget. Other calls pretend to be in flight, so this one is not sent on its own.
+	srv.Pause()
+	t.Cleanup(srv.Resume)
+	s.batch.active.Add(directMax)
+	defer s.batch.active.Add(-directMax)
+	sent := s.batch.batches.Load()
+	inFlight := make(chan error, 1)
+	go func() {
+		_, err := s.Take(context.Background(), "k", lim, 1, time.Time{})
+		inFlight <- err
+	}()
+	for s.batch.batches.Load() == sent {
+		runtime.Gosched()
+	}
+	start := time.Now()
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	closed := time.Since(start)
+	// ErrClosed, not a timeout: the caller was released before its budget ran out.
+	if err := <-inFlight; !errors.Is(err, ErrClosed) || !errors.Is(err, ErrUnavailable) {
+		t.Fatalf("call in flight during Close: %v, want ErrClosed and ErrUnavailable", err)
+	}
+	if closed > 5*budget {
+		t.Errorf("Close took %s with a pipeline in flight, more than the budget %s allows", closed, budget)
+	}
+	t.Logf("Close with a pipeline in flight took %s (budget %s)", closed, budget)
+	// The caller's goroutine above may not have exited yet; give it a moment, no more.
+	after := runtime.NumGoroutine()
+	for deadline := time.Now().Add(time.Second); after > before && time.Now().Before(deadline); after = runtime.NumGoroutine() {
+		runtime.Gosched()
+	}
+	if after > before {
+		t.Errorf("%d goroutines after Close, %d before the Store", after, before)
+	}
+	if err := s.Close(); err != nil {
+		t.Fatalf("second Close: %v", err)
+	}
+	if _, err := s.Take(context.Background(), "k", lim, 1, time.Time{}); !errors.Is(err, ErrClosed) || !errors.Is(err, ErrUnavailable) {
+		t.Fatalf("Take after Close: %v, want ErrClosed and ErrUnavailable", err)
+	}
+}
