@@ -95,7 +95,11 @@ func run() error {
 		Log:      log,
 	}
 	if *redisURL != "" {
-		client, err := redisstore.NewClientFromURL(*redisURL)
+		rawURL, err := withPassword(*redisURL, os.Getenv(RedisPasswordEnv))
+		if err != nil {
+			return fmt.Errorf("--redis-url: %w", err)
+		}
+		client, err := redisstore.NewClientFromURL(rawURL)
 		if err != nil {
 			return fmt.Errorf("--redis-url: %w", err)
 		}
@@ -236,6 +240,27 @@ type redisLogger struct{ log *slog.Logger }
 
 func (l redisLogger) Printf(ctx context.Context, format string, v ...any) {
 	l.log.DebugContext(ctx, "go-redis: "+fmt.Sprintf(format, v...))
+}
+
+// RedisPasswordEnv carries the Redis password (the injection webhook fills it from a Secret),
+// so that it never appears in the pod spec's arguments.
+const RedisPasswordEnv = "SLUICE_REDIS_PASSWORD"
+
+// withPassword returns rawURL with password set, unless password is empty or the URL already
+// has one.
+func withPassword(rawURL, password string) (string, error) {
+	if password == "" {
+		return rawURL, nil
+	}
+	u, err := url.Parse(rawURL)
+	if err != nil {
+		return "", errors.New("unparseable URL")
+	}
+	if _, has := u.User.Password(); has {
+		return rawURL, nil
+	}
+	u.User = url.UserPassword(u.User.Username(), password)
+	return u.String(), nil
 }
 
 func redactURL(s string) string {

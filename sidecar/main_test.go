@@ -16,6 +16,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sluice-dev/sluice/internal/limiter/redisstore"
 	"github.com/sluice-dev/sluice/internal/policy"
 	"github.com/sluice-dev/sluice/internal/testutil/redisserver"
 	st "github.com/sluice-dev/sluice/sidecar/internal/sidecartest"
@@ -34,6 +35,10 @@ func TestBinary(t *testing.T) {
 		t.Fatalf("go build: %v\n%s", err, out)
 	}
 	redis := redisserver.Start(t)
+	// The webhook passes the password in SLUICE_REDIS_PASSWORD, never in the URL.
+	if _, err := redis.Do("CONFIG", "SET", "requirepass", "s3cret"); err != nil {
+		t.Fatal(err)
+	}
 
 	var hits atomic.Int64
 	release, slowArrived := make(chan struct{}), make(chan struct{}, 1)
@@ -63,7 +68,7 @@ func TestBinary(t *testing.T) {
 		"--pod-labels-file", podinfo.Path("labels"),
 		"--redis-timeout", "50ms",
 	)
-	cmd.Env = append(os.Environ(), "SLUICE_REDIS_URL="+redis.URL(), "SLUICE_METRICS_LISTEN="+metricsAddr)
+	cmd.Env = append(os.Environ(), "SLUICE_REDIS_URL="+redis.URL(), "SLUICE_METRICS_LISTEN="+metricsAddr, RedisPasswordEnv+"=s3cret")
 	logs, _ := cmd.StderrPipe()
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
@@ -120,7 +125,12 @@ func TestBinary(t *testing.T) {
 		t.Errorf("429 answer: %v %s", lastHdr, lastBody)
 	}
 	// The limit lives in Redis under the sidecar's prefix.
-	if keys, err := redis.Do("KEYS", "sluice:*"); err != nil || keys == "" {
+	authed, err := redisstore.NewClientFromURL(strings.Replace(redis.URL(), "redis://", "redis://:s3cret@", 1))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = authed.Close() }()
+	if keys, err := authed.Keys(t.Context(), "sluice:*").Result(); err != nil || len(keys) == 0 {
 		t.Errorf("no sluice keys in Redis: %q %v", keys, err)
 	}
 
