@@ -244,7 +244,7 @@ func (l redisLogger) Printf(ctx context.Context, format string, v ...any) {
 
 // RedisPasswordEnv carries the Redis password (the injection webhook fills it from a Secret),
 // so that it never appears in the pod spec's arguments.
-const RedisPasswordEnv = "SLUICE_REDIS_PASSWORD"
+const RedisPasswordEnv = "SLUICE_REDIS_PASSWORD" //nolint:gosec // the name of a variable, not a credential
 
 // withPassword returns rawURL with password set, unless password is empty or the URL already
 // has one.
