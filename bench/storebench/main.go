@@ -79,7 +79,7 @@ func run() error {
 
 	// The limits of redisstore's BenchmarkTake: 1000 per second per key, so a single caller is
 	// mostly denied and many callers mostly admitted; both paths are measured.
-	for _, lim := range limits(1000, time.Second, 0, time.Second) {
+	for _, lim := range limiter.Variants(1000, time.Second, 0, time.Second) {
 		for _, c := range callers {
 			opts := redisstore.DefaultOptions()
 			opts.Prefix = fmt.Sprintf("bench-%s-%s-%d", runID, tag(lim), c)
@@ -90,9 +90,9 @@ func run() error {
 				return r.Allowed, err
 			})
 			if err != nil {
-				return fmt.Errorf("%s, %d callers: %w", name(lim), c, err)
+				return fmt.Errorf("%s, %d callers: %w", lim.Name(), c, err)
 			}
-			fmt.Printf("take\t%s\t%d\t%.0f\t%.3f\n", name(lim), c, rate, admitted)
+			fmt.Printf("take\t%s\t%d\t%.0f\t%.3f\n", lim.Name(), c, rate, admitted)
 		}
 	}
 
@@ -112,7 +112,7 @@ func run() error {
 		// As in redisstore's TestMemoryPerKey: one-minute windows and explicit time, whose keys
 		// live at least ExplicitTimeMinTTL. With server time a bucket's key expires when it has
 		// refilled (600 ms here), before all keys are written.
-		for _, lim := range limits(100, time.Minute, 0, time.Minute) {
+		for _, lim := range limiter.Variants(100, time.Minute, 0, time.Minute) {
 			s := redisstore.New(client, redisstore.Options{Prefix: fmt.Sprintf("mem-%s-%s", runID, tag(lim)), Timeout: time.Second})
 			before, err := usedMemory(ctx, client)
 			if err != nil {
@@ -131,7 +131,7 @@ func run() error {
 			if err != nil {
 				return fmt.Errorf("MEMORY USAGE: %w", err)
 			}
-			fmt.Printf("memory\t%s\t%d\t%d\t%.0f\n", name(lim), *memKeys, one, float64(after-before)/float64(*memKeys))
+			fmt.Printf("memory\t%s\t%d\t%d\t%.0f\n", lim.Name(), *memKeys, one, float64(after-before)/float64(*memKeys))
 		}
 	}
 	return nil
@@ -198,23 +198,4 @@ func usedMemory(ctx context.Context, client redis.UniversalClient) (int64, error
 	return 0, errors.New("INFO memory has no used_memory")
 }
 
-// limits lists one Limit per algorithm and leaky mode.
-func limits(limit int64, window time.Duration, burst int64, maxDelay time.Duration) []limiter.Limit {
-	return []limiter.Limit{
-		{Algorithm: limiter.FixedWindow, Limit: limit, Window: window},
-		{Algorithm: limiter.SlidingWindowLog, Limit: limit, Window: window},
-		{Algorithm: limiter.SlidingWindowCounter, Limit: limit, Window: window},
-		{Algorithm: limiter.TokenBucket, Limit: limit, Window: window, Burst: burst},
-		{Algorithm: limiter.LeakyBucket, Limit: limit, Window: window, Burst: burst, Mode: limiter.Meter},
-		{Algorithm: limiter.LeakyBucket, Limit: limit, Window: window, Burst: burst, Mode: limiter.Queue, MaxDelay: maxDelay},
-	}
-}
-
-func name(l limiter.Limit) string {
-	if l.Algorithm == limiter.LeakyBucket {
-		return string(l.Algorithm) + "/" + string(l.Mode)
-	}
-	return string(l.Algorithm)
-}
-
-func tag(l limiter.Limit) string { return strings.ReplaceAll(name(l), "/", "-") }
+func tag(l limiter.Limit) string { return strings.ReplaceAll(l.Name(), "/", "-") }

@@ -86,10 +86,7 @@ func (r *simRun) record(at int64, res limiter.Result) {
 
 // name is the algorithm, with its mode for a leaky bucket given one: "LeakyBucket/Queue".
 func (r *simRun) name() string {
-	if r.lim.Algorithm == limiter.LeakyBucket && r.lim.Mode != "" {
-		return string(r.lim.Algorithm) + "/" + string(r.lim.Mode)
-	}
-	return string(r.lim.Algorithm)
+	return r.lim.Name()
 }
 
 // params describes the limit's parameters, e.g. "limit 10 per 1s, burst 10".

@@ -38,8 +38,8 @@ func warmUp(b *testing.B, m *MemoryStore, lim Limit, start time.Time) {
 }
 
 func BenchmarkMemoryStore(b *testing.B) {
-	for _, lim := range limitsFor(100, time.Second, 0, 100*time.Millisecond) {
-		b.Run(limitName(lim)+"/one-key", func(b *testing.B) {
+	for _, lim := range Variants(100, time.Second, 0, 100*time.Millisecond) {
+		b.Run(lim.Name()+"/one-key", func(b *testing.B) {
 			m, ctx, start := NewMemoryStore(MemoryStoreOptions{}), context.Background(), time.UnixMilli(t0)
 			b.ReportAllocs()
 			for i := 0; b.Loop(); i++ {
@@ -48,7 +48,7 @@ func BenchmarkMemoryStore(b *testing.B) {
 				}
 			}
 		})
-		b.Run(limitName(lim)+"/one-key/parallel", func(b *testing.B) {
+		b.Run(lim.Name()+"/one-key/parallel", func(b *testing.B) {
 			m, ctx, start := NewMemoryStore(MemoryStoreOptions{}), context.Background(), time.UnixMilli(t0)
 			var clock atomic.Int64
 			b.ReportAllocs()
@@ -61,7 +61,7 @@ func BenchmarkMemoryStore(b *testing.B) {
 				}
 			})
 		})
-		b.Run(limitName(lim)+"/100k-keys", func(b *testing.B) {
+		b.Run(lim.Name()+"/100k-keys", func(b *testing.B) {
 			m, ctx, start := NewMemoryStore(MemoryStoreOptions{MaxKeys: 2 * benchKeys}), context.Background(), time.UnixMilli(t0)
 			warmUp(b, m, lim, start)
 			b.ReportAllocs()
@@ -71,7 +71,7 @@ func BenchmarkMemoryStore(b *testing.B) {
 				}
 			}
 		})
-		b.Run(limitName(lim)+"/100k-keys/parallel", func(b *testing.B) {
+		b.Run(lim.Name()+"/100k-keys/parallel", func(b *testing.B) {
 			m, ctx, start := NewMemoryStore(MemoryStoreOptions{MaxKeys: 2 * benchKeys}), context.Background(), time.UnixMilli(t0)
 			warmUp(b, m, lim, start)
 			var clock atomic.Int64
@@ -137,8 +137,8 @@ func BenchmarkXTimeRate(b *testing.B) {
 
 // BenchmarkTransition is the algorithms alone, without the store: the floor under Take.
 func BenchmarkTransition(b *testing.B) {
-	for _, lim := range limitsFor(100, time.Second, 0, 100*time.Millisecond) {
-		b.Run(limitName(lim), func(b *testing.B) {
+	for _, lim := range Variants(100, time.Second, 0, 100*time.Millisecond) {
+		b.Run(lim.Name(), func(b *testing.B) {
 			s := newState(lim.Algorithm)
 			b.ReportAllocs()
 			for i := int64(0); b.Loop(); i++ {

@@ -33,7 +33,7 @@ func FuzzTransitions(f *testing.F) {
 		}
 	}
 	f.Fuzz(func(t *testing.T, alg uint8, limit, windowMs, burst, maxDelayMs, start int64, trace []byte) {
-		lim := limitsFor(1, 0, 0, 0)[int(alg)%6]
+		lim := Variants(1, 0, 0, 0)[int(alg)%6]
 		lim.Limit = clamp(limit, 1, MaxLimit)
 		if lim.Algorithm == SlidingWindowLog {
 			lim.Limit = clamp(limit, 1, MaxLogLimit)

@@ -2,7 +2,6 @@ package limiter
 
 import (
 	"fmt"
-	"time"
 )
 
 // t0 is 2026-02-05T00:00:00Z in ms, aligned to every window the tests use.
@@ -55,25 +54,6 @@ func clone(s taker) taker {
 }
 
 var algorithms = []Algorithm{FixedWindow, SlidingWindowLog, SlidingWindowCounter, TokenBucket, LeakyBucket}
-
-// limitsFor lists a Limit per algorithm and leaky mode.
-func limitsFor(limit int64, window time.Duration, burst int64, maxDelay time.Duration) []Limit {
-	return []Limit{
-		{Algorithm: FixedWindow, Limit: limit, Window: window},
-		{Algorithm: SlidingWindowLog, Limit: limit, Window: window},
-		{Algorithm: SlidingWindowCounter, Limit: limit, Window: window},
-		{Algorithm: TokenBucket, Limit: limit, Window: window, Burst: burst},
-		{Algorithm: LeakyBucket, Limit: limit, Window: window, Burst: burst, Mode: Meter},
-		{Algorithm: LeakyBucket, Limit: limit, Window: window, Burst: burst, Mode: Queue, MaxDelay: maxDelay},
-	}
-}
-
-func limitName(l Limit) string {
-	if l.Algorithm == LeakyBucket {
-		return string(l.Algorithm) + "/" + string(l.Mode)
-	}
-	return string(l.Algorithm)
-}
 
 // checkExact checks that r, the Result of a request of cost c at now on the state before (left
 // unchanged) and after, is exact, not just a bound:

@@ -79,6 +79,28 @@ type Limit struct {
 	MaxDelay time.Duration
 }
 
+// Name names the algorithm, with the leaky bucket's mode when one is set, e.g.
+// "LeakyBucket/Queue": for benchmarks, tests and plots.
+func (l Limit) Name() string {
+	if l.Algorithm == LeakyBucket && l.Mode != "" {
+		return string(l.Algorithm) + "/" + string(l.Mode)
+	}
+	return string(l.Algorithm)
+}
+
+// Variants lists one Limit per algorithm and leaky-bucket mode with the given parameters (burst
+// for the buckets, maxDelay for Queue): what benchmarks and differential tests run through.
+func Variants(limit int64, window time.Duration, burst int64, maxDelay time.Duration) []Limit {
+	return []Limit{
+		{Algorithm: FixedWindow, Limit: limit, Window: window},
+		{Algorithm: SlidingWindowLog, Limit: limit, Window: window},
+		{Algorithm: SlidingWindowCounter, Limit: limit, Window: window},
+		{Algorithm: TokenBucket, Limit: limit, Window: window, Burst: burst},
+		{Algorithm: LeakyBucket, Limit: limit, Window: window, Burst: burst, Mode: Meter},
+		{Algorithm: LeakyBucket, Limit: limit, Window: window, Burst: burst, Mode: Queue, MaxDelay: maxDelay},
+	}
+}
+
 // Capacity is the most units the limit holds at once: Burst (default Limit) for the buckets,
 // Limit for the window algorithms. A request costlier than Capacity can never pass.
 func (l Limit) Capacity() int64 {

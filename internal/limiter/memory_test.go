@@ -16,8 +16,8 @@ func at(ms int64) time.Time { return time.UnixMilli(t0 + ms) }
 // capacity through, for every algorithm (run with -race).
 func TestMemoryStoreConcurrentOneKey(t *testing.T) {
 	const goroutines, each = 32, 100
-	for _, lim := range limitsFor(1000, time.Minute, 0, time.Hour) {
-		t.Run(limitName(lim), func(t *testing.T) {
+	for _, lim := range Variants(1000, time.Minute, 0, time.Hour) {
+		t.Run(lim.Name(), func(t *testing.T) {
 			m := NewMemoryStore(MemoryStoreOptions{})
 			var admitted atomic.Int64
 			var wg sync.WaitGroup
@@ -106,10 +106,10 @@ func mustTake(t *testing.T, m *MemoryStore, key string, lim Limit, now time.Time
 // (after ResetAfter); Sweep drops exactly those, and a key that left no state is not kept.
 func TestMemoryStoreReclaimsExpired(t *testing.T) {
 	m := NewMemoryStore(MemoryStoreOptions{})
-	for i, lim := range limitsFor(5, time.Second, 0, time.Second) {
+	for i, lim := range Variants(5, time.Second, 0, time.Second) {
 		r := mustTake(t, m, fmt.Sprint("key-", i), lim, at(0))
 		if r.ResetAfter <= 0 || r.ResetAfter > 2*time.Second {
-			t.Fatalf("%s: ResetAfter %s", limitName(lim), r.ResetAfter)
+			t.Fatalf("%s: ResetAfter %s", lim.Name(), r.ResetAfter)
 		}
 	}
 	if n := m.Len(); n != 6 {
@@ -204,8 +204,8 @@ func TestMemoryStoreErrors(t *testing.T) {
 
 // TestMemoryStoreNoAllocs: taking on an existing key allocates nothing, for every algorithm.
 func TestMemoryStoreNoAllocs(t *testing.T) {
-	for _, lim := range limitsFor(100, time.Second, 0, time.Second) {
-		t.Run(limitName(lim), func(t *testing.T) {
+	for _, lim := range Variants(100, time.Second, 0, time.Second) {
+		t.Run(lim.Name(), func(t *testing.T) {
 			m := NewMemoryStore(MemoryStoreOptions{})
 			ctx := context.Background()
 			now := at(0)

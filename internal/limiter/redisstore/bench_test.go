@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sluice-dev/sluice/internal/limiter"
 	"github.com/sluice-dev/sluice/internal/testutil/redisserver"
 )
 
@@ -84,8 +85,8 @@ func BenchmarkTake(b *testing.B) {
 			if !ok {
 				b.Fatalf("SLUICE_BENCH_MODES: unknown mode %q", mode)
 			}
-			for _, lim := range limits(1000, time.Second, 0, time.Second) {
-				b.Run("callers="+strconv.Itoa(callers)+"/"+mode+"/"+limitName(lim), func(b *testing.B) {
+			for _, lim := range limiter.Variants(1000, time.Second, 0, time.Second) {
+				b.Run("callers="+strconv.Itoa(callers)+"/"+mode+"/"+lim.Name(), func(b *testing.B) {
 					s := newWithSenders(newClient(b, url), Options{Prefix: freshPrefix("bench"), ServerTime: true, Timeout: testTimeout}, n)
 					b.Cleanup(func() { _ = s.Close() })
 					runCallers(b, callers, func(ctx context.Context, key string) error {

@@ -23,7 +23,7 @@ func TestCluster(t *testing.T) {
 	}
 
 	keys := []string{"user:1", "user:2", "10.0.0.1", "{tag}", "a}b{c", "tenant/x", "y", "z"}
-	for _, lim := range limits(3, time.Second, 0, time.Second) {
+	for _, lim := range limiter.Variants(3, time.Second, 0, time.Second) {
 		for _, key := range keys {
 			rk := rs.Keys(key, lim)
 			slot, err := client.ClusterKeySlot(context.Background(), rk[0]).Result()
@@ -32,7 +32,7 @@ func TestCluster(t *testing.T) {
 			}
 			for _, k := range rk[1:] {
 				if s, _ := client.ClusterKeySlot(context.Background(), k).Result(); s != slot {
-					t.Fatalf("%s: key %s in slot %d, %s in slot %d", limitName(lim), rk[0], slot, k, s)
+					t.Fatalf("%s: key %s in slot %d, %s in slot %d", lim.Name(), rk[0], slot, k, s)
 				}
 			}
 			for step := range 6 {
@@ -40,7 +40,7 @@ func TestCluster(t *testing.T) {
 				want := mustTake(t, ms, key+string(lim.Algorithm)+string(lim.Mode), lim, 1, now)
 				got := mustTake(t, rs, key, lim, 1, now)
 				if got != want {
-					t.Fatalf("%s key %q step %d: redis %+v, memory %+v", limitName(lim), key, step, got, want)
+					t.Fatalf("%s key %q step %d: redis %+v, memory %+v", lim.Name(), key, step, got, want)
 				}
 			}
 		}

@@ -65,8 +65,8 @@ func TestConcurrentCallersAdmitExactlyTheLimit(t *testing.T) {
 	const goroutines, each = 64, 25
 	srv := redisserver.Start(t)
 	client := newClient(t, srv.URL())
-	for _, lim := range limits(300, time.Minute, 0, limiter.MaxWindow) {
-		t.Run(limitName(lim), func(t *testing.T) {
+	for _, lim := range limiter.Variants(300, time.Minute, 0, limiter.MaxWindow) {
+		t.Run(lim.Name(), func(t *testing.T) {
 			s := newStore(t, client, Options{Prefix: freshPrefix("conc"), Timeout: testTimeout})
 			admitted := takeConcurrently(t, s, "hot", lim, goroutines, each, func() time.Time { return at(0) })
 			checkExactlyCapacity(t, lim, admitted)
@@ -93,7 +93,7 @@ func TestConcurrentCallersServerTime(t *testing.T) {
 		// 300 tokens a day: one token every 288 s, so none arrive during the test.
 		{Algorithm: limiter.TokenBucket, Limit: 300, Window: 24 * time.Hour},
 	} {
-		t.Run(limitName(lim), func(t *testing.T) {
+		t.Run(lim.Name(), func(t *testing.T) {
 			s := newStore(t, client, Options{Prefix: freshPrefix("conc-st"), Timeout: testTimeout, ServerTime: true})
 			before := serverMs()
 			admitted := takeConcurrently(t, s, "hot", lim, goroutines, each, time.Now)

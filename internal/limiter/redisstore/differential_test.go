@@ -89,8 +89,8 @@ func TestDifferentialAgainstMemoryStore(t *testing.T) {
 	const sets, steps = 40, 200
 	srv := redisserver.Start(t)
 	client := newClient(t, srv.URL())
-	for i, base := range limits(1, time.Second, 0, 0) {
-		t.Run(limitName(base), func(t *testing.T) {
+	for i, base := range limiter.Variants(1, time.Second, 0, 0) {
+		t.Run(base.Name(), func(t *testing.T) {
 			t.Parallel()
 			rng := rand.New(rand.NewPCG(20260205, uint64(i)))
 			for set := range sets {

@@ -45,7 +45,7 @@ func failedTake(t *testing.T, s *Store, lim limiter.Limit, wantTimeout bool) tim
 func TestKilledRedisFailsFast(t *testing.T) {
 	srv := redisserver.Start(t)
 	s := newStore(t, newClient(t, srv.URL()), Options{Timeout: failureBudget, ServerTime: true})
-	for _, lim := range limits(10, time.Second, 0, time.Second) {
+	for _, lim := range limiter.Variants(10, time.Second, 0, time.Second) {
 		mustTake(t, s, "k", lim, 1, time.Time{})
 	}
 	srv.Kill()
@@ -54,9 +54,9 @@ func TestKilledRedisFailsFast(t *testing.T) {
 		failedTake(t, s, lim, false)
 	}
 	srv.Restart()
-	for _, lim := range limits(10, time.Second, 0, time.Second) {
+	for _, lim := range limiter.Variants(10, time.Second, 0, time.Second) {
 		if r := mustTake(t, s, "k", lim, 1, time.Time{}); !r.Allowed {
-			t.Fatalf("%s after restart: %+v, want a fresh key's admission", limitName(lim), r)
+			t.Fatalf("%s after restart: %+v, want a fresh key's admission", lim.Name(), r)
 		}
 	}
 }

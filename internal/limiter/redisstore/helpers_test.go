@@ -49,25 +49,6 @@ func freshPrefix(name string) string {
 	return fmt.Sprintf("t%d-%s", prefixSeq.Add(1), name)
 }
 
-// limits lists one Limit per algorithm and leaky mode.
-func limits(limit int64, window time.Duration, burst int64, maxDelay time.Duration) []limiter.Limit {
-	return []limiter.Limit{
-		{Algorithm: limiter.FixedWindow, Limit: limit, Window: window},
-		{Algorithm: limiter.SlidingWindowLog, Limit: limit, Window: window},
-		{Algorithm: limiter.SlidingWindowCounter, Limit: limit, Window: window},
-		{Algorithm: limiter.TokenBucket, Limit: limit, Window: window, Burst: burst},
-		{Algorithm: limiter.LeakyBucket, Limit: limit, Window: window, Burst: burst, Mode: limiter.Meter},
-		{Algorithm: limiter.LeakyBucket, Limit: limit, Window: window, Burst: burst, Mode: limiter.Queue, MaxDelay: maxDelay},
-	}
-}
-
-func limitName(l limiter.Limit) string {
-	if l.Algorithm == limiter.LeakyBucket {
-		return string(l.Algorithm) + "/" + string(l.Mode)
-	}
-	return string(l.Algorithm)
-}
-
 func mustTake(t testing.TB, s limiter.Store, key string, lim limiter.Limit, n int64, now time.Time) limiter.Result {
 	t.Helper()
 	r, err := s.Take(context.Background(), key, lim, n, now)

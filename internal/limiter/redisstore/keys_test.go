@@ -45,7 +45,7 @@ func TestKeysResistInjection(t *testing.T) {
 	srv := redisserver.Start(t)
 	s := newStore(t, newClient(t, srv.URL()), Options{Prefix: "sluice", Timeout: testTimeout})
 	seen := map[string]string{}
-	for _, lim := range limits(1, time.Minute, 0, time.Minute) {
+	for _, lim := range limiter.Variants(1, time.Minute, 0, time.Minute) {
 		for _, key := range hostile {
 			for _, k := range checkKeys(t, s, key, lim) {
 				if other, dup := seen[k]; dup {
@@ -54,7 +54,7 @@ func TestKeysResistInjection(t *testing.T) {
 				seen[k] = key
 			}
 			if r := mustTake(t, s, key, lim, 1, at(0)); !r.Allowed {
-				t.Fatalf("%s: first request of %.40q denied: %+v; its key collides with another", limitName(lim), key, r)
+				t.Fatalf("%s: first request of %.40q denied: %+v; its key collides with another", lim.Name(), key, r)
 			}
 		}
 	}
@@ -63,7 +63,7 @@ func TestKeysResistInjection(t *testing.T) {
 		t.Fatal(err)
 	}
 	want := 0
-	for _, lim := range limits(1, time.Minute, 0, time.Minute) {
+	for _, lim := range limiter.Variants(1, time.Minute, 0, time.Minute) {
 		want += len(hostile) * len(s.Keys("", lim))
 	}
 	if n != strconv.Itoa(want) {
@@ -108,7 +108,7 @@ func FuzzKeys(f *testing.F) {
 			return
 		}
 		s := New(nil, o)
-		for _, lim := range limits(1, time.Second, 0, 0) {
+		for _, lim := range limiter.Variants(1, time.Second, 0, 0) {
 			ka, kb := checkKeys(t, s, a, lim), checkKeys(t, s, b, lim)
 			if (a == b) != (ka[0] == kb[0]) {
 				t.Fatalf("keys %q and %q map to %q and %q", a, b, ka[0], kb[0])

@@ -35,13 +35,13 @@ func memoryUsage(t *testing.T, srv *redisserver.Server, keys []string) int {
 func TestMemoryPerKey(t *testing.T) {
 	srv := redisserver.Start(t)
 	s := newStore(t, newClient(t, srv.URL()), Options{Timeout: testTimeout})
-	for _, lim := range limits(100, time.Minute, 0, time.Minute) {
+	for _, lim := range limiter.Variants(100, time.Minute, 0, time.Minute) {
 		keys := s.Keys("client-42", lim)
 		mustTake(t, s, "client-42", lim, 1, at(0))
 		n := memoryUsage(t, srv, keys)
-		t.Logf("%-22s %3d bytes, key %s", limitName(lim), n, keys[0])
+		t.Logf("%-22s %3d bytes, key %s", lim.Name(), n, keys[0])
 		if n > 256 {
-			t.Errorf("%s: %d bytes for one limiter", limitName(lim), n)
+			t.Errorf("%s: %d bytes for one limiter", lim.Name(), n)
 		}
 	}
 	// The log grows with the entries inside the window: one per instant with admitted units.
@@ -69,7 +69,7 @@ func TestEveryKeyHasATTL(t *testing.T) {
 	for _, serverTime := range []bool{false, true} {
 		s := newStore(t, client, Options{Prefix: freshPrefix("ttl"), Timeout: testTimeout, ServerTime: serverTime})
 		last := map[string]limiter.Result{}
-		for _, lim := range limits(5, 2*time.Second, 7, time.Second) {
+		for _, lim := range limiter.Variants(5, 2*time.Second, 7, time.Second) {
 			for i := range 40 {
 				key := strconv.Itoa(i % 4)
 				r := mustTake(t, s, key, lim, int64(1+i%3), time.Now())
@@ -84,7 +84,7 @@ func TestEveryKeyHasATTL(t *testing.T) {
 			}
 			for _, k := range s.Keys("never", lim) {
 				if n, _ := client.Exists(context.Background(), k).Result(); n != 0 {
-					t.Errorf("%s: key %s written for a request that changed nothing", limitName(lim), k)
+					t.Errorf("%s: key %s written for a request that changed nothing", lim.Name(), k)
 				}
 			}
 		}

@@ -51,26 +51,14 @@ func NewClientFromURL(rawURL string) (redis.UniversalClient, error) {
 		if err != nil {
 			return nil, fmt.Errorf("redisstore: %w", err)
 		}
-		o.ContextTimeoutEnabled = true
-		if !retriesSet {
-			o.MaxRetries = -1
-		}
-		if !dialRetriesSet {
-			o.DialerRetries = 1
-		}
+		failFast(&o.ContextTimeoutEnabled, &o.MaxRetries, &o.DialerRetries, retriesSet, dialRetriesSet)
 		return redis.NewClient(o), nil
 	case "cluster":
 		o, err := redis.ParseClusterURL(plain.String())
 		if err != nil {
 			return nil, fmt.Errorf("redisstore: %w", err)
 		}
-		o.ContextTimeoutEnabled = true
-		if !retriesSet {
-			o.MaxRetries = -1
-		}
-		if !dialRetriesSet {
-			o.DialerRetries = 1
-		}
+		failFast(&o.ContextTimeoutEnabled, &o.MaxRetries, &o.DialerRetries, retriesSet, dialRetriesSet)
 		return redis.NewClusterClient(o), nil
 	case "sentinel":
 		o, err := redis.ParseFailoverURL(plain.String())
@@ -80,16 +68,23 @@ func NewClientFromURL(rawURL string) (redis.UniversalClient, error) {
 		if o.MasterName == "" {
 			return nil, fmt.Errorf("redisstore: a %s URL needs ?master_name=", u.Scheme)
 		}
-		o.ContextTimeoutEnabled = true
-		if !retriesSet {
-			o.MaxRetries = -1
-		}
-		if !dialRetriesSet {
-			o.DialerRetries = 1
-		}
+		failFast(&o.ContextTimeoutEnabled, &o.MaxRetries, &o.DialerRetries, retriesSet, dialRetriesSet)
 		return redis.NewFailoverClient(o), nil
 	default:
 		return nil, fmt.Errorf("redisstore: redis URL scheme %q: unknown topology %q, want cluster or sentinel", u.Scheme, topology)
+	}
+}
+
+// failFast sets what every topology's options need: deadlines from the caller's context, no
+// command retries (a retried script may count a request twice) and one dial per call, unless
+// the URL set the retries itself.
+func failFast(contextTimeout *bool, maxRetries, dialerRetries *int, retriesSet, dialRetriesSet bool) {
+	*contextTimeout = true
+	if !retriesSet {
+		*maxRetries = -1
+	}
+	if !dialRetriesSet {
+		*dialerRetries = 1
 	}
 }
 
