@@ -47,7 +47,8 @@ type Options struct {
 type Handler struct {
 	opts  Options
 	proxy *httputil.ReverseProxy
-	now   func() time.Time
+	// now is Options.Now; nil when that is time.Now, so that a request reads the clock once.
+	now func() time.Time
 }
 
 // NewTransport returns the upstream transport: HTTP/1.1 keep-alive with a pool sized for a
@@ -82,13 +83,14 @@ func newBufferPool() *bufferPool {
 
 // New returns a Handler.
 func New(opts Options) *Handler {
+	h := &Handler{now: opts.Now}
 	if opts.Now == nil {
 		opts.Now = time.Now
 	}
 	if opts.Transport == nil {
 		opts.Transport = NewTransport()
 	}
-	h := &Handler{opts: opts, now: opts.Now}
+	h.opts = opts
 	target := opts.Upstream
 	h.proxy = &httputil.ReverseProxy{
 		// Director (not Rewrite) keeps the incoming Host and appends the peer to
@@ -161,7 +163,10 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	start := time.Now()
-	now := h.now()
+	now := start
+	if h.now != nil {
+		now = h.now()
+	}
 	ctx := r.Context()
 	req := keys.NewRequest(r)
 	var kb [256]byte

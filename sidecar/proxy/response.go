@@ -42,37 +42,89 @@ func retryAfter(res limiter.Result) int64 {
 // styles: the IETF draft's RateLimit-Policy and RateLimit structured fields, and the legacy
 // X-RateLimit-Limit/-Remaining/-Reset (Reset in seconds, rounded up). The quota is the one that
 // decided: the shared limit, or this pod's share when decided locally.
+//
+// It runs on every limited request, so it allocates twice whatever the styles: the values
+// formatted here are appended to one buffer and become one string, sliced per header, and
+// every header's value slice is a one-element window of one array (capacity 1, so a later Add
+// to one header reallocates rather than overwrite its neighbour).
 func setHeaders(h http.Header, rule *config.Rule, res limiter.Result) {
 	p := rule.Policy
 	if !p.Draft && !p.Legacy {
 		return
 	}
-	var b [24]byte
 	reset := ceilSeconds(res.ResetAfter)
+	shared := res.Limit == rule.Limit.Capacity()
+
+	var scratch [160]byte
+	buf := scratch[:0]
+	var policyV, rateV, limitV, remainingV, resetV span
 	if p.Draft {
-		if res.Limit == rule.Limit.Capacity() {
-			h[hRateLimitPolicy] = []string{rule.DraftPolicy}
-		} else { // decided locally with this pod's share
-			h[hRateLimitPolicy] = []string{rule.Quoted + ";q=" + strconv.FormatInt(res.Limit, 10) + ";w=" +
-				strconv.FormatInt(max(ceilSeconds(rule.Limit.Window), 1), 10)}
+		if !shared { // decided locally with this pod's share
+			policyV.start = len(buf)
+			buf = append(buf, rule.Quoted...)
+			buf = append(buf, ";q="...)
+			buf = strconv.AppendInt(buf, res.Limit, 10)
+			buf = append(buf, ";w="...)
+			buf = strconv.AppendInt(buf, max(ceilSeconds(rule.Limit.Window), 1), 10)
+			policyV.end = len(buf)
 		}
-		v := make([]byte, 0, len(rule.Quoted)+32)
-		v = append(v, rule.Quoted...)
-		v = append(v, ";r="...)
-		v = strconv.AppendInt(v, res.Remaining, 10)
-		v = append(v, ";t="...)
-		v = strconv.AppendInt(v, reset, 10)
-		h[hRateLimit] = []string{string(v)}
+		rateV.start = len(buf)
+		buf = append(buf, rule.Quoted...)
+		buf = append(buf, ";r="...)
+		buf = strconv.AppendInt(buf, res.Remaining, 10)
+		buf = append(buf, ";t="...)
+		buf = strconv.AppendInt(buf, reset, 10)
+		rateV.end = len(buf)
 	}
 	if p.Legacy {
-		if res.Limit == rule.Limit.Capacity() {
-			h[hLegacyLimit] = []string{rule.LimitValue}
-		} else {
-			h[hLegacyLimit] = []string{strconv.FormatInt(res.Limit, 10)}
+		if !shared {
+			limitV.start = len(buf)
+			buf = strconv.AppendInt(buf, res.Limit, 10)
+			limitV.end = len(buf)
 		}
-		h[hLegacyRemaining] = []string{string(strconv.AppendInt(b[:0], res.Remaining, 10))}
-		h[hLegacyReset] = []string{string(strconv.AppendInt(b[:0], reset, 10))}
+		remainingV.start = len(buf)
+		buf = strconv.AppendInt(buf, res.Remaining, 10)
+		remainingV.end = len(buf)
+		resetV.start = len(buf)
+		buf = strconv.AppendInt(buf, reset, 10)
+		resetV.end = len(buf)
 	}
+	s := string(buf)
+	hs := headerSetter{h: h, vals: make([]string, 5)}
+	if p.Draft {
+		if shared {
+			hs.set(hRateLimitPolicy, rule.DraftPolicy)
+		} else {
+			hs.set(hRateLimitPolicy, policyV.of(s))
+		}
+		hs.set(hRateLimit, rateV.of(s))
+	}
+	if p.Legacy {
+		if shared {
+			hs.set(hLegacyLimit, rule.LimitValue)
+		} else {
+			hs.set(hLegacyLimit, limitV.of(s))
+		}
+		hs.set(hLegacyRemaining, remainingV.of(s))
+		hs.set(hLegacyReset, resetV.of(s))
+	}
+}
+
+// span is a value's bounds in setHeaders' buffer.
+type span struct{ start, end int }
+
+func (sp span) of(s string) string { return s[sp.start:sp.end] }
+
+// headerSetter assigns single-valued headers, their value slices carved from vals.
+type headerSetter struct {
+	h    http.Header
+	vals []string
+}
+
+func (hs *headerSetter) set(name, v string) {
+	hs.vals[0] = v
+	hs.h[name] = hs.vals[:1:1]
+	hs.vals = hs.vals[1:]
 }
 
 // deniedBody is the JSON body of a limited request; the field order is the contract's.
