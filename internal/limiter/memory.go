@@ -12,6 +12,10 @@ import (
 // DefaultMaxKeys is MemoryStoreOptions.MaxKeys when it is zero.
 const DefaultMaxKeys = 100_000
 
+// DefaultMaxLogEntries is MemoryStoreOptions.MaxLogEntries when it is zero: 64 MiB of
+// SlidingWindowLog entries (16 bytes each).
+const DefaultMaxLogEntries = 4 << 20
+
 // evictionSample is how many entries of a full shard are looked at to make room for a new key.
 const evictionSample = 32
 
@@ -20,6 +24,10 @@ type MemoryStoreOptions struct {
 	// MaxKeys bounds the number of keys held at once; zero means DefaultMaxKeys. Keys come from
 	// clients, so the bound is what keeps an attacker who invents keys from exhausting memory.
 	MaxKeys int
+	// MaxLogEntries bounds the SlidingWindowLog entries held over all keys (each key's log can
+	// grow to its limit, up to MaxLogLimit); zero means DefaultMaxLogEntries. The bound is
+	// kept per shard; one key's own log is never shed to make room for itself.
+	MaxLogEntries int
 }
 
 // MemoryStore is a Store that keeps each key's state in process memory: the sidecar's fallback
@@ -30,7 +38,9 @@ type MemoryStoreOptions struct {
 // may be dropped at any time without changing a decision. To make room for a new key in a full
 // shard, the store drops the expired entries among a sample of the shard's entries, or if there
 // are none, the sampled entry closest to expiry: a flood of new keys can then only make live
-// keys forget their state early, never grow memory. Taking on an existing key does not allocate.
+// keys forget their state early, never grow memory. SlidingWindowLog entries are bounded the
+// same way by MaxLogEntries: when a log grows past the shard's share, other keys' logs are
+// dropped. Taking on an existing key does not allocate (but for a growing log).
 //
 // An entry remembers the Limit it was last used with. When a key is used with a different Limit
 // (a policy was edited): if the Algorithm, Window or Mode changed the state means something
@@ -47,7 +57,9 @@ type memoryShard struct {
 	mu      sync.Mutex
 	entries map[string]*memoryEntry
 	maxKeys int
-	_       [40]byte // keep shards on separate cache lines
+	// logEntries is the capacity of the logs held; maxLogEntries its bound.
+	logEntries, maxLogEntries int
+	_                         [24]byte // keep shards on separate cache lines
 }
 
 type memoryEntry struct {
@@ -67,6 +79,10 @@ func NewMemoryStore(opts MemoryStoreOptions) *MemoryStore {
 	if maxKeys <= 0 {
 		maxKeys = DefaultMaxKeys
 	}
+	maxLog := opts.MaxLogEntries
+	if maxLog <= 0 {
+		maxLog = DefaultMaxLogEntries
+	}
 	n := 64 // shards; fewer for a small bound, so that each holds at least 16 keys to choose from
 	for n > 1 && n*16 > maxKeys {
 		n /= 2
@@ -78,6 +94,7 @@ func NewMemoryStore(opts MemoryStoreOptions) *MemoryStore {
 		if i < maxKeys%n {
 			sh.maxKeys++
 		}
+		sh.maxLogEntries = max(1, maxLog/n)
 		sh.entries = make(map[string]*memoryEntry)
 	}
 	return m
@@ -98,7 +115,9 @@ func (m *MemoryStore) Take(_ context.Context, key string, lim Limit, n int64, no
 	sh.mu.Lock()
 	e := sh.entries[key]
 	if e != nil && e.lim == lim {
+		before := e.logEntries()
 		r := e.take(n, nowMs)
+		sh.logGrew(key, e.logEntries()-before)
 		sh.mu.Unlock()
 		return r, nil
 	}
@@ -107,8 +126,10 @@ func (m *MemoryStore) Take(_ context.Context, key string, lim Limit, n int64, no
 		return Result{}, fmt.Errorf("%w: %w", ErrInvalidLimit, err)
 	}
 	if e != nil {
+		before := e.logEntries()
 		e.adapt(lim)
 		r := e.take(n, nowMs)
+		sh.logGrew(key, e.logEntries()-before)
 		sh.mu.Unlock()
 		return r, nil
 	}
@@ -118,6 +139,7 @@ func (m *MemoryStore) Take(_ context.Context, key string, lim Limit, n int64, no
 	if r.ResetAfter > 0 { // a request that leaves the key fresh need not be remembered
 		sh.makeRoom(nowMs)
 		sh.entries[key] = e
+		sh.logGrew(key, e.logEntries())
 	}
 	sh.mu.Unlock()
 	return r, nil
@@ -159,6 +181,40 @@ func (e *memoryEntry) take(c, now int64) Result {
 	return r
 }
 
+// logEntries is the capacity of e's log, what it holds in memory.
+func (e *memoryEntry) logEntries() int {
+	if e.log == nil {
+		return 0
+	}
+	return len(e.log.ring)
+}
+
+// logGrew accounts for key's log having changed by delta entries and, when the shard is over
+// its bound, drops other keys' logs (their keys start fresh) until it is not.
+func (sh *memoryShard) logGrew(key string, delta int) {
+	if delta == 0 {
+		return
+	}
+	sh.logEntries += delta
+	if sh.logEntries <= sh.maxLogEntries {
+		return
+	}
+	for k, e := range sh.entries {
+		if k != key && e.log != nil {
+			sh.drop(k, e)
+			if sh.logEntries <= sh.maxLogEntries {
+				return
+			}
+		}
+	}
+}
+
+// drop forgets a key.
+func (sh *memoryShard) drop(k string, e *memoryEntry) {
+	sh.logEntries -= e.logEntries()
+	delete(sh.entries, k)
+}
+
 // adapt moves e to lim (valid, different from e.lim); see MemoryStore.
 func (e *memoryEntry) adapt(lim Limit) {
 	if lim.Algorithm != e.lim.Algorithm || lim.Window != e.lim.Window || lim.Mode != e.lim.Mode {
@@ -192,7 +248,7 @@ func (sh *memoryShard) makeRoom(now int64) {
 	victim, victimExpiry, dropped, seen := "", int64(math.MaxInt64), false, 0
 	for k, e := range sh.entries {
 		if e.expiresAt <= now {
-			delete(sh.entries, k)
+			sh.drop(k, e)
 			dropped = true
 		} else if e.expiresAt < victimExpiry {
 			victim, victimExpiry = k, e.expiresAt
@@ -202,7 +258,7 @@ func (sh *memoryShard) makeRoom(now int64) {
 		}
 	}
 	if !dropped {
-		delete(sh.entries, victim)
+		sh.drop(victim, sh.entries[victim])
 	}
 }
 
@@ -216,7 +272,7 @@ func (m *MemoryStore) Sweep(now time.Time) int {
 		sh.mu.Lock()
 		for k, e := range sh.entries {
 			if e.expiresAt <= nowMs {
-				delete(sh.entries, k)
+				sh.drop(k, e)
 				dropped++
 			}
 		}

@@ -225,3 +225,53 @@ func TestMemoryStoreNoAllocs(t *testing.T) {
 		})
 	}
 }
+
+// TestMemoryStoreBoundsLogEntries: keys whose sliding logs fill up cannot hold more entries
+// than MaxLogEntries (per shard, plus the one log being written), however many keys there are.
+func TestMemoryStoreBoundsLogEntries(t *testing.T) {
+	const maxLog = 4096
+	m := NewMemoryStore(MemoryStoreOptions{MaxKeys: 100_000, MaxLogEntries: maxLog})
+	lim := Limit{Algorithm: SlidingWindowLog, Limit: 200, Window: time.Hour}
+	held := func() (entries, accounted int) {
+		for i := range m.shards {
+			sh := &m.shards[i]
+			sh.mu.Lock()
+			for _, e := range sh.entries {
+				entries += e.logEntries()
+			}
+			accounted += sh.logEntries
+			sh.mu.Unlock()
+		}
+		return entries, accounted
+	}
+	t0 := time.UnixMilli(1_770_249_600_000)
+	for k := range 500 {
+		key := fmt.Sprintf("client-%d", k)
+		for i := range 200 { // distinct instants: one entry each
+			if _, err := m.Take(context.Background(), key, lim, 1, t0.Add(time.Duration(i)*time.Millisecond)); err != nil {
+				t.Fatal(err)
+			}
+		}
+		entries, accounted := held()
+		if entries != accounted {
+			t.Fatalf("after %d keys: %d entries held, %d accounted", k+1, entries, accounted)
+		}
+		// Each shard stays within its share, except for the one log that grew past it.
+		if limit := maxLog + len(m.shards)*256; entries > limit {
+			t.Fatalf("after %d keys: %d log entries held, bound %d", k+1, entries, limit)
+		}
+	}
+	if entries, _ := held(); entries < maxLog/2 {
+		t.Fatalf("only %d entries held: the bound sheds far more than it needs to", entries)
+	}
+	// A key that kept its log still decides exactly.
+	m2 := NewMemoryStore(MemoryStoreOptions{MaxLogEntries: maxLog})
+	for i := range 200 {
+		if r, _ := m2.Take(context.Background(), "one", lim, 1, t0.Add(time.Duration(i)*time.Millisecond)); !r.Allowed {
+			t.Fatalf("request %d denied", i)
+		}
+	}
+	if r, _ := m2.Take(context.Background(), "one", lim, 1, t0.Add(time.Second)); r.Allowed {
+		t.Fatal("the 201st request in the window was admitted")
+	}
+}
