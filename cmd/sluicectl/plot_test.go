@@ -81,12 +81,7 @@ func TestSimulatePlot(t *testing.T) {
 func TestSimulatePlotErrors(t *testing.T) {
 	const ok = "--algorithm FixedWindow --limit 1 --window 1s"
 	dir := t.TempDir()
-	tests := map[string]struct {
-		args, input string
-		code        int
-		stdout      string
-		stderr      string // a part of it
-	}{
+	runErrorCases(t, map[string]errorCase{
 		"bucket not in ms": {ok + " --plot x.png --plot-bucket 1500us", "", 2, "", "plot-bucket 1.5ms is not a whole number of milliseconds"},
 		"negative bucket":  {ok + " --plot x.png --plot-bucket -1s", "", 2, "", "plot-bucket -1s is not"},
 		// The text comes first and is complete; the plot fails after it.
@@ -95,22 +90,7 @@ func TestSimulatePlotErrors(t *testing.T) {
 		"too many buckets": {"--algorithm FixedWindow --limit 1 --window 24h --plot-bucket 1ms --plot " + filepath.Join(dir, "big.png"),
 			arrivals(0, 0, 1), 1, decisions(0, "allow") + "allowed=1 denied=0\n", "raise --plot-bucket"},
 		"bad input draws nothing": {ok + " --plot " + filepath.Join(dir, "bad.png"), "x\n", 1, "", `line 1: "x" is not a whole number`},
-	}
-	for name, tc := range tests {
-		t.Run(name, func(t *testing.T) {
-			var stdout, stderr bytes.Buffer
-			code := runSimulate(strings.Fields(tc.args), strings.NewReader(tc.input), &stdout, &stderr)
-			if code != tc.code {
-				t.Errorf("exit %d, want %d (stderr %q)", code, tc.code, stderr.String())
-			}
-			if stdout.String() != tc.stdout {
-				t.Errorf("stdout %q, want %q", stdout.String(), tc.stdout)
-			}
-			if !strings.Contains(stderr.String(), tc.stderr) {
-				t.Errorf("stderr %q does not contain %q", stderr.String(), tc.stderr)
-			}
-		})
-	}
+	})
 	if _, err := os.Stat(filepath.Join(dir, "bad.png")); !os.IsNotExist(err) {
 		t.Errorf("a plot was written for bad input: %v", err)
 	}
@@ -179,38 +159,19 @@ LeakyBucket               103       98              103
 	}
 
 	const ok = "compare --limit 1 --window 1s"
-	tests := map[string]struct {
-		args, input string
-		code        int
-		stderr      string
-	}{
-		"bad algorithm":       {ok + " --algorithms FixedWindow,GCRA", "", 2, `algorithm "GCRA"`},
-		"mode on a window":    {ok + " --algorithms FixedWindow/Queue", "", 2, `"FixedWindow/Queue": only LeakyBucket takes a mode`},
-		"bad mode":            {ok + " --algorithms LeakyBucket/Drop", "", 2, "only LeakyBucket takes a mode, Meter or Queue"},
-		"no limit":            {"compare --window 1s", "", 2, "limit 0 is outside"},
-		"zero cost":           {ok + " --cost 0", "", 2, "cost 0 is below 1"},
-		"unknown store":       {ok + " --store etcd", "", 2, `unknown store "etcd"`},
-		"extra argument":      {ok + " trace.txt", "", 2, `unexpected argument "trace.txt"`},
-		"bad bucket":          {ok + " --plot-bucket 0.5ms", "", 2, "plot-bucket 500µs is not"},
-		"bad input":           {ok, fmt.Sprintf("%d\n%d\n", t0, t0-1), 1, "FixedWindow: line 2: 1770249599999 is before the arrival before it"},
-		"unknown flag":        {ok + " --algorithm FixedWindow", "", 2, "flag provided but not defined: -algorithm"},
-		"log limit too large": {"compare --limit 10001 --window 1s", "", 2, "the most SlidingWindowLog keeps"},
-	}
-	for name, tc := range tests {
-		t.Run(name, func(t *testing.T) {
-			var stdout, stderr bytes.Buffer
-			code := runSimulate(strings.Fields(tc.args), strings.NewReader(tc.input), &stdout, &stderr)
-			if code != tc.code {
-				t.Errorf("exit %d, want %d (stderr %q)", code, tc.code, stderr.String())
-			}
-			if stdout.Len() > 0 {
-				t.Errorf("stdout %q, want nothing", stdout.String())
-			}
-			if !strings.Contains(stderr.String(), tc.stderr) {
-				t.Errorf("stderr %q does not contain %q", stderr.String(), tc.stderr)
-			}
-		})
-	}
+	runErrorCases(t, map[string]errorCase{
+		"bad algorithm":       {ok + " --algorithms FixedWindow,GCRA", "", 2, "", `algorithm "GCRA"`},
+		"mode on a window":    {ok + " --algorithms FixedWindow/Queue", "", 2, "", `"FixedWindow/Queue": only LeakyBucket takes a mode`},
+		"bad mode":            {ok + " --algorithms LeakyBucket/Drop", "", 2, "", "only LeakyBucket takes a mode, Meter or Queue"},
+		"no limit":            {"compare --window 1s", "", 2, "", "limit 0 is outside"},
+		"zero cost":           {ok + " --cost 0", "", 2, "", "cost 0 is below 1"},
+		"unknown store":       {ok + " --store etcd", "", 2, "", `unknown store "etcd"`},
+		"extra argument":      {ok + " trace.txt", "", 2, "", `unexpected argument "trace.txt"`},
+		"bad bucket":          {ok + " --plot-bucket 0.5ms", "", 2, "", "plot-bucket 500µs is not"},
+		"bad input":           {ok, fmt.Sprintf("%d\n%d\n", t0, t0-1), 1, "", "FixedWindow: line 2: 1770249599999 is before the arrival before it"},
+		"unknown flag":        {ok + " --algorithm FixedWindow", "", 2, "", "flag provided but not defined: -algorithm"},
+		"log limit too large": {"compare --limit 10001 --window 1s", "", 2, "", "the most SlidingWindowLog keeps"},
+	})
 }
 
 // trailing's maximum is the most times in any interval (t-w, t], checked by brute force.

@@ -121,12 +121,7 @@ func TestSimulate(t *testing.T) {
 
 func TestSimulateErrors(t *testing.T) {
 	const ok = "--algorithm FixedWindow --limit 1 --window 1s"
-	tests := map[string]struct {
-		args, input string
-		code        int
-		stdout      string
-		stderr      string // a part of it
-	}{
+	runErrorCases(t, map[string]errorCase{
 		"not a number": {ok, fmt.Sprintf("%d\n\n12x\n", t0), 1, decisions(0, "allow"), `line 3: "12x" is not a whole number of ms`},
 		"decreasing":   {ok, fmt.Sprintf("%d\n%d\n", t0, t0-1), 1, decisions(0, "allow"), "line 2: 1770249599999 is before the arrival before it (1770249600000)"},
 		"negative":     {ok, "-5\n", 1, "", "line 1: -5 is outside 0..4503599627370496 ms"},
@@ -144,22 +139,7 @@ func TestSimulateErrors(t *testing.T) {
 		"unknown store":     {ok + " --store etcd", "", 2, "", `unknown store "etcd"`},
 		"unknown flag":      {ok + " --rate 5", "", 2, "", "flag provided but not defined: -rate"},
 		"extra argument":    {ok + " arrivals.txt", "", 2, "", `unexpected argument "arrivals.txt"`},
-	}
-	for name, tc := range tests {
-		t.Run(name, func(t *testing.T) {
-			var stdout, stderr bytes.Buffer
-			code := runSimulate(strings.Fields(tc.args), strings.NewReader(tc.input), &stdout, &stderr)
-			if code != tc.code {
-				t.Errorf("exit %d, want %d (stderr %q)", code, tc.code, stderr.String())
-			}
-			if stdout.String() != tc.stdout {
-				t.Errorf("stdout %q, want %q", stdout.String(), tc.stdout)
-			}
-			if !strings.Contains(stderr.String(), tc.stderr) {
-				t.Errorf("stderr %q, want it to contain %q", stderr.String(), tc.stderr)
-			}
-		})
-	}
+	})
 }
 
 func TestSimulateThroughRun(t *testing.T) {
@@ -203,4 +183,32 @@ func TestSimulateRedisStore(t *testing.T) {
 			t.Fatalf("stderr %q", stderr.String())
 		}
 	})
+}
+
+// errorCase is a simulate invocation that fails: its exit code, its exact stdout and a part of
+// its stderr.
+type errorCase struct {
+	args, input string
+	code        int
+	stdout      string
+	stderr      string // a part of it
+}
+
+func runErrorCases(t *testing.T, tests map[string]errorCase) {
+	t.Helper()
+	for name, tc := range tests {
+		t.Run(name, func(t *testing.T) {
+			var stdout, stderr bytes.Buffer
+			code := runSimulate(strings.Fields(tc.args), strings.NewReader(tc.input), &stdout, &stderr)
+			if code != tc.code {
+				t.Errorf("exit %d, want %d (stderr %q)", code, tc.code, stderr.String())
+			}
+			if stdout.String() != tc.stdout {
+				t.Errorf("stdout %q, want %q", stdout.String(), tc.stdout)
+			}
+			if !strings.Contains(stderr.String(), tc.stderr) {
+				t.Errorf("stderr %q does not contain %q", stderr.String(), tc.stderr)
+			}
+		})
+	}
 }
