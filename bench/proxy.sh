@@ -34,7 +34,7 @@ if [ -n "$OUT" ]; then mkdir -p "$OUT"; OUT=$(cd "$OUT" && pwd); : > "$OUT/proxy
 
 echo "# building" >&2
 go build -o "$WORK/sluice-sidecar" ./sidecar
-go build -o "$WORK/upstream" ./bench/upstream
+go build -o "$WORK/upstream" ./cmd/upstream
 go build -o "$WORK/loadgen" ./bench/loadgen
 
 UP=$(freeport); REDIS=$(freeport); NGINX=$(freeport)

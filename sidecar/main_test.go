@@ -34,7 +34,7 @@ func TestBinary(t *testing.T) {
 	if out, err := exec.Command("go", "build", "-o", bin, ".").CombinedOutput(); err != nil {
 		t.Fatalf("go build: %v\n%s", err, out)
 	}
-	redis := redisserver.Start(t)
+	redis := redisserver.StartTest(t)
 	// The webhook passes the password in SLUICE_REDIS_PASSWORD, never in the URL.
 	if _, err := redis.Do("CONFIG", "SET", "requirepass", "s3cret"); err != nil {
 		t.Fatal(err)

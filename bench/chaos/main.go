@@ -11,8 +11,9 @@
 // the global limit and each pod's share of it, p50/p99 latency, decisions made locally (the
 // sidecars' sluice_fallback_decisions_total), and how long the breakers took to open after
 // each fault and to close again after each repair (the sidecars' "Redis circuit breaker changed
-// state" log lines). Every process it started dies with it (SIGTERM, or Pdeathsig if it is
-// killed).
+// state" log lines). The sidecars die with it (SIGTERM, or Pdeathsig if it is killed);
+// redis-server, started through internal/testutil/redisserver, is killed when it returns or
+// gets SIGTERM or SIGINT.
 package main
 
 import (
@@ -36,7 +37,11 @@ import (
 	"syscall"
 	"time"
 
+	"k8s.io/apimachinery/pkg/util/wait"
+
 	"github.com/sluice-dev/sluice/internal/policy"
+	"github.com/sluice-dev/sluice/internal/testutil/redisserver"
+	"github.com/sluice-dev/sluice/internal/upstream"
 )
 
 func main() {
@@ -71,7 +76,6 @@ type transition struct {
 
 func run() error {
 	sidecarBin := flag.String("sidecar", "", "sluice-sidecar binary")
-	redisBin := flag.String("redis-server", "redis-server", "redis-server binary")
 	policyPath := flag.String("policy", "", "rendered policies.json (replicas 2, failure mode Local)")
 	labels := flag.String("pod-labels", "app=chaos", "labels the sidecars claim, to match the policy's selector")
 	rate := flag.Int("rate", 800, "requests per second offered in total, alternately to each sidecar")
@@ -100,35 +104,19 @@ func run() error {
 	procs := &processes{}
 	defer procs.stopAll()
 
-	// Redis, restartable on the same port.
-	redisPort := freePort()
-	redisLog, err := os.Create(filepath.Join(*work, "redis-server.log"))
+	// Redis, restartable on the same port; redis-server from PATH, its log in the work directory.
+	redis, err := redisserver.Start(redisserver.WithDir(*work), redisserver.WithArgs("--loglevel", "warning"))
 	if err != nil {
 		return err
 	}
-	defer func() { _ = redisLog.Close() }()
-	startRedis := func() (*exec.Cmd, error) {
-		cmd := exec.Command(*redisBin, "--port", strconv.Itoa(redisPort), "--bind", "127.0.0.1", "--save", "",
-			"--appendonly", "no", "--daemonize", "no", "--loglevel", "warning", "--dir", *work)
-		cmd.Stdout, cmd.Stderr = redisLog, redisLog
-		if err := procs.start(cmd); err != nil {
-			return nil, err
-		}
-		return cmd, waitPort(ctx, redisPort)
-	}
-	redisCmd, err := startRedis()
-	if err != nil {
-		return err
-	}
+	defer redis.Close()
 
 	// The application: a short answer over keep-alive.
 	upLn, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		return err
 	}
-	upSrv := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
-		_, _ = w.Write([]byte("ok\n"))
-	}), ReadHeaderTimeout: 5 * time.Second}
+	upSrv := &http.Server{Handler: &upstream.Handler{Name: "chaos"}, ReadHeaderTimeout: 5 * time.Second}
 	go func() { _ = upSrv.Serve(upLn) }()
 	defer func() { _ = upSrv.Close() }()
 
@@ -140,11 +128,18 @@ func run() error {
 	var sidecarURLs, metricsURLs [2]string
 	var logWG sync.WaitGroup
 	for pod := range 2 {
-		port, mport := freePort(), freePort()
+		port, err := redisserver.FreePort()
+		if err != nil {
+			return err
+		}
+		mport, err := redisserver.FreePort()
+		if err != nil {
+			return err
+		}
 		cmd := exec.Command(*sidecarBin, "--listen", fmt.Sprintf("127.0.0.1:%d", port),
 			"--upstream", "http://"+upLn.Addr().String(), "--config", *policyPath,
 			"--pod-labels-file", "", "--pod-labels", *labels,
-			"--redis-url", fmt.Sprintf("redis://127.0.0.1:%d/0", redisPort),
+			"--redis-url", redis.URL(),
 			"--metrics-listen", fmt.Sprintf("127.0.0.1:%d", mport))
 		stderr, err := cmd.StderrPipe()
 		if err != nil {
@@ -236,18 +231,19 @@ func run() error {
 		}
 		fallback[i] = scrapeFallback(metricsURLs)
 		phases[i].start = time.Now()
+		var err error
 		switch phases[i].name {
 		case "killed":
-			_ = redisCmd.Process.Signal(syscall.SIGKILL)
-			_ = redisCmd.Wait()
+			err = redis.Kill()
 		case "restarted":
-			if redisCmd, err = startRedis(); err != nil {
-				return err
-			}
+			err = redis.Restart()
 		case "paused":
-			_ = redisCmd.Process.Signal(syscall.SIGSTOP)
+			err = redis.Pause()
 		case "resumed":
-			_ = redisCmd.Process.Signal(syscall.SIGCONT)
+			err = redis.Resume()
+		}
+		if err != nil {
+			return err
 		}
 		if i > 0 {
 			phases[i-1].end = phases[i].start //nolint:gosec // i > 0
@@ -456,43 +452,18 @@ func (p *processes) stopAll() {
 	p.procs = nil
 }
 
-func freePort() int {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		panic(err)
-	}
-	defer func() { _ = l.Close() }()
-	return l.Addr().(*net.TCPAddr).Port
-}
-
-func waitPort(ctx context.Context, port int) error {
-	for range 200 {
-		if c, err := net.Dial("tcp", fmt.Sprintf("127.0.0.1:%d", port)); err == nil {
-			_ = c.Close()
-			return nil
-		}
-		select {
-		case <-ctx.Done():
-			return ctx.Err()
-		case <-time.After(25 * time.Millisecond):
-		}
-	}
-	return fmt.Errorf("port %d never opened", port)
-}
-
+// waitReady polls url until it answers 200.
 func waitReady(ctx context.Context, url string) error {
-	for range 200 {
-		if resp, err := http.Get(url); err == nil { //nolint:gosec // the driver's own loopback sidecar
-			_ = resp.Body.Close()
-			if resp.StatusCode == http.StatusOK {
-				return nil
-			}
+	err := wait.PollUntilContextTimeout(ctx, 25*time.Millisecond, 5*time.Second, true, func(context.Context) (bool, error) {
+		resp, err := http.Get(url) //nolint:gosec // the driver's own loopback sidecar
+		if err != nil {
+			return false, nil
 		}
-		select {
-		case <-ctx.Done():
-			return ctx.Err()
-		case <-time.After(25 * time.Millisecond):
-		}
+		_ = resp.Body.Close()
+		return resp.StatusCode == http.StatusOK, nil
+	})
+	if err != nil {
+		return fmt.Errorf("%s never answered 200: %w", url, err)
 	}
-	return fmt.Errorf("%s never answered 200", url)
+	return nil
 }

@@ -1,18 +1,13 @@
 package main
 
 import (
-	"bufio"
-	"context"
 	"errors"
 	"flag"
 	"fmt"
 	"io"
-	"strconv"
-	"strings"
-	"time"
 
 	"github.com/sluice-dev/sluice/internal/limiter"
-	"github.com/sluice-dev/sluice/internal/limiter/redisstore"
+	"github.com/sluice-dev/sluice/internal/simulate"
 )
 
 const simulateUsage = `usage: sluicectl simulate --algorithm ALG --limit N --window D [--burst N]
@@ -31,9 +26,6 @@ compare replays the same arrivals through each algorithm (LeakyBucket/Queue name
 bucket in Queue mode) and prints, for each, the requests allowed and denied and the most admitted
 in any interval of one window; --plot draws one panel per algorithm.
 `
-
-// simulateKey is the one key the simulation uses.
-const simulateKey = "simulate"
 
 // runSimulate implements `sluicectl simulate` and returns the exit code: 0 on success, 1 when the
 // input is bad or the store fails, 2 for a usage error.
@@ -86,133 +78,28 @@ func runSimulate(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "sluicectl simulate: cost %d is below 1\n", *cost)
 		return 2
 	}
-	bucket, err := plotBucketMs(*plotBucket, lim.Window)
+	bucket, err := simulate.BucketMs(*plotBucket, lim.Window)
 	if err != nil {
 		fmt.Fprintf(stderr, "sluicectl simulate: %v\n", err)
 		return 2
 	}
-	store, closeStore, err := openStore(*storeName, *redisURL)
+	store, closeStore, err := simulate.OpenStore(*storeName, *redisURL)
 	if err != nil {
 		fmt.Fprintf(stderr, "sluicectl simulate: %v\n", err)
 		return 2
 	}
 	defer closeStore()
 
-	out := bufio.NewWriter(stdout)
-	defer out.Flush()
-	queue := isQueue(lim)
-	allowed, denied := 0, 0
-	run := newRun(lim, *cost)
-	err = replay(stdin, store, lim, *cost, func(at int64, r limiter.Result) {
-		if r.Allowed {
-			allowed++
-		} else {
-			denied++
-		}
-		if *plotFile != "" {
-			run.record(at, r)
-		}
-		if *summary {
-			return
-		}
-		switch {
-		case !r.Allowed:
-			fmt.Fprintf(out, "%d deny\n", at)
-		case queue:
-			fmt.Fprintf(out, "%d allow delay=%d\n", at, r.Delay.Milliseconds())
-		default:
-			fmt.Fprintf(out, "%d allow\n", at)
-		}
-	})
+	run, err := simulate.Simulate(stdin, stdout, store, lim, *cost, *summary)
 	if err != nil {
-		return failInput(out, stderr, "%v", err)
-	}
-	fmt.Fprintf(out, "allowed=%d denied=%d\n", allowed, denied)
-	if err := out.Flush(); err != nil {
 		fmt.Fprintf(stderr, "sluicectl simulate: %v\n", err)
 		return 1
 	}
 	if *plotFile != "" {
-		if err := plotRuns(*plotFile, run.title(), []*simRun{run}, bucket); err != nil {
+		if err := simulate.Plot(*plotFile, run.Title(), []*simulate.Run{run}, bucket); err != nil {
 			fmt.Fprintf(stderr, "sluicectl simulate: %v\n", err)
 			return 1
 		}
 	}
 	return 0
-}
-
-// isQueue reports whether lim is a leaky bucket in Queue mode, whose admitted requests wait.
-func isQueue(lim limiter.Limit) bool {
-	return lim.Algorithm == limiter.LeakyBucket && lim.Mode == limiter.Queue
-}
-
-// replay reads arrivals from in, one per line in ms since the Unix epoch (non-decreasing; blank
-// lines ignored), decides each with store under lim at cost, and calls each with the arrival and
-// the decision, in order. It stops at the first bad line or store error and returns it, naming
-// the line. simulate and simulate compare both run on it.
-func replay(in io.Reader, store limiter.Store, lim limiter.Limit, cost int64, each func(at int64, r limiter.Result)) error {
-	ctx := context.Background()
-	prev := int64(-1)
-	sc := bufio.NewScanner(in)
-	for line := 1; sc.Scan(); line++ {
-		text := strings.TrimSpace(sc.Text())
-		if text == "" {
-			continue
-		}
-		at, err := strconv.ParseInt(text, 10, 64)
-		switch {
-		case err != nil:
-			return fmt.Errorf("line %d: %q is not a whole number of ms since the Unix epoch", line, text)
-		case at < 0 || at > limiter.MaxNowMs:
-			return fmt.Errorf("line %d: %d is outside 0..%d ms since the Unix epoch", line, at, limiter.MaxNowMs)
-		case at < prev:
-			return fmt.Errorf("line %d: %d is before the arrival before it (%d); arrivals must not decrease", line, at, prev)
-		}
-		prev = at
-		r, err := store.Take(ctx, simulateKey, lim, cost, time.UnixMilli(at))
-		if err != nil {
-			return fmt.Errorf("line %d: %w", line, err)
-		}
-		each(at, r)
-	}
-	if err := sc.Err(); err != nil {
-		return fmt.Errorf("reading arrivals: %w", err)
-	}
-	return nil
-}
-
-// failInput flushes the decisions printed so far, reports a bad input and returns exit code 1.
-func failInput(out *bufio.Writer, stderr io.Writer, format string, args ...any) int {
-	out.Flush()
-	fmt.Fprintf(stderr, "sluicectl simulate: "+format+"\n", args...)
-	return 1
-}
-
-// openStore returns the named store and a function that releases it. The simulation runs on
-// the same store code as the sidecar: "memory" is the sidecar's local fallback, "redis" its
-// Redis store, here with the input's instants as the clock (not Redis's TIME) and keys under a
-// prefix of their own, so that a replay is exact and repeatable.
-func openStore(name, redisURL string) (limiter.Store, func(), error) {
-	switch name {
-	case "memory":
-		if redisURL != "" {
-			return nil, nil, errors.New("--redis-url goes with --store redis")
-		}
-		return limiter.NewMemoryStore(limiter.MemoryStoreOptions{}), func() {}, nil
-	case "redis":
-		if redisURL == "" {
-			return nil, nil, errors.New("--store redis needs --redis-url")
-		}
-		client, err := redisstore.NewClientFromURL(redisURL)
-		if err != nil {
-			return nil, nil, err
-		}
-		store := redisstore.New(client, redisstore.Options{
-			Prefix:  fmt.Sprintf("sluicectl-simulate-%d", time.Now().UnixNano()),
-			Timeout: 5 * time.Second,
-		})
-		return store, func() { _ = store.Close(); _ = client.Close() }, nil
-	default:
-		return nil, nil, fmt.Errorf("unknown store %q (want memory or redis)", name)
-	}
 }

@@ -160,7 +160,7 @@ func TestSimulateThroughRun(t *testing.T) {
 // TestSimulateRedisStore replays every case through a real redis-server: the Redis store must
 // print exactly what the memory store prints.
 func TestSimulateRedisStore(t *testing.T) {
-	redis := redisserver.Start(t)
+	redis := redisserver.StartTest(t)
 	for name, tc := range simulateCases {
 		t.Run(name, func(t *testing.T) {
 			args := append(strings.Fields(strings.ReplaceAll(tc.args, "--store memory", "")), "--store", "redis", "--redis-url", redis.URL())

@@ -26,6 +26,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/wait"
 	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
 
 	"github.com/sluice-dev/sluice/api/v1alpha1"
@@ -93,7 +94,7 @@ func run(ctx context.Context, once, verbose bool) error {
 		pod := &corev1.Pod{
 			ObjectMeta: metav1.ObjectMeta{Namespace: namespace, Name: fmt.Sprintf("demo-%d", i),
 				Labels: map[string]string{"app": "demo"}, Annotations: map[string]string{webhook.AnnotationInject: "true"}},
-			Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "app", Image: "sluice.local/demo-upstream:dev",
+			Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "app", Image: "sluice.local/upstream:dev",
 				Ports: []corev1.ContainerPort{{ContainerPort: 8080}}}}},
 		}
 		p, err := sys.RunPod(ctx, pod, fmt.Sprintf("127.0.2.%d", i+1))
@@ -233,23 +234,16 @@ func (d *demo) waitReplicas(ctx context.Context, name string, n int32) error {
 
 // until polls cond every 100ms for up to 30s.
 func (d *demo) until(ctx context.Context, cond func() (bool, error)) error {
-	deadline := time.Now().Add(30 * time.Second)
-	for {
-		ok, err := cond()
-		if err != nil {
-			return err
-		}
-		if ok {
-			return nil
-		}
-		if time.Now().After(deadline) {
-			return fmt.Errorf("condition not met within 30s")
-		}
-		select {
-		case <-ctx.Done():
-			return ctx.Err()
-		case <-time.After(100 * time.Millisecond):
-		}
+	err := wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, 30*time.Second, true, func(context.Context) (bool, error) {
+		return cond()
+	})
+	switch {
+	case err == nil, !wait.Interrupted(err):
+		return err
+	case ctx.Err() != nil:
+		return ctx.Err()
+	default:
+		return fmt.Errorf("condition not met within 30s")
 	}
 }
 

@@ -2,7 +2,6 @@ package devenv
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -22,7 +21,10 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/wait"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/sluice-dev/sluice/internal/testutil/kubeletdir"
 )
 
 // Kubelet plays the kubelet's part for injected pods: it runs a pod's native sidecar (an init
@@ -231,8 +233,8 @@ func (k *Kubelet) mount(ctx context.Context, rp *RunningPod, pod *corev1.Pod, vo
 		if err != nil {
 			return err
 		}
-		w := &atomicDir{dir: host}
-		if err := w.write(files); err != nil {
+		w := kubeletdir.New(host)
+		if err := w.Write(files); err != nil {
 			return err
 		}
 		interval := k.SyncInterval
@@ -254,7 +256,7 @@ func (k *Kubelet) mount(ctx context.Context, rp *RunningPod, pod *corev1.Pod, vo
 				if err != nil || v == version {
 					continue
 				}
-				if w.write(files) == nil {
+				if w.Write(files) == nil {
 					version = v
 				}
 			}
@@ -272,72 +274,12 @@ func (k *Kubelet) mount(ctx context.Context, rp *RunningPod, pod *corev1.Pod, vo
 			}
 			files[it.Path] = []byte(v)
 		}
-		return (&atomicDir{dir: host}).write(files)
+		return kubeletdir.New(host).Write(files)
 	case vol.EmptyDir != nil:
 		return os.MkdirAll(host, 0o755)
 	default:
 		return fmt.Errorf("volume type of %q is not supported here", vol.Name)
 	}
-}
-
-// atomicDir writes a volume the way the kubelet's atomic writer does: each version in a
-// timestamped directory, `..data` a symlink to the current one, renamed into place
-// atomically, and each file a symlink through `..data`.
-type atomicDir struct {
-	dir string
-	n   int
-}
-
-func (a *atomicDir) write(files map[string][]byte) error {
-	if err := os.MkdirAll(a.dir, 0o755); err != nil {
-		return err
-	}
-	a.n++
-	version := fmt.Sprintf("..%s.%d", time.Now().UTC().Format("2006_01_02_15_04_05"), a.n)
-	vdir := filepath.Join(a.dir, version)
-	if err := os.MkdirAll(vdir, 0o755); err != nil {
-		return err
-	}
-	for name, data := range files {
-		p := filepath.Join(vdir, name)
-		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
-			return err
-		}
-		if err := os.WriteFile(p, data, 0o644); err != nil {
-			return err
-		}
-	}
-	old, _ := os.Readlink(filepath.Join(a.dir, "..data"))
-	tmp := filepath.Join(a.dir, "..data_tmp")
-	_ = os.Remove(tmp)
-	if err := os.Symlink(version, tmp); err != nil {
-		return err
-	}
-	if err := os.Rename(tmp, filepath.Join(a.dir, "..data")); err != nil {
-		return err
-	}
-	for name := range files {
-		top := strings.SplitN(name, "/", 2)[0]
-		link := filepath.Join(a.dir, top)
-		if _, err := os.Lstat(link); errors.Is(err, os.ErrNotExist) {
-			if err := os.Symlink(filepath.Join("..data", top), link); err != nil {
-				return err
-			}
-		}
-	}
-	// Files that left the source stay as dangling links, as the kubelet removes them too.
-	entries, _ := os.ReadDir(a.dir)
-	for _, e := range entries {
-		if e.Type()&os.ModeSymlink != 0 && !strings.HasPrefix(e.Name(), "..") {
-			if _, ok := files[e.Name()]; !ok {
-				_ = os.Remove(filepath.Join(a.dir, e.Name()))
-			}
-		}
-	}
-	if old != "" {
-		_ = os.RemoveAll(filepath.Join(a.dir, old))
-	}
-	return nil
 }
 
 func (k *Kubelet) envValue(ctx context.Context, pod *corev1.Pod, e corev1.EnvVar, ip string) (string, error) {
@@ -437,22 +379,19 @@ func (k *Kubelet) waitReady(ctx context.Context, rp *RunningPod, c *corev1.Conta
 	if probe == nil {
 		probe = c.StartupProbe
 	}
-	deadline := time.Now().Add(30 * time.Second)
-	for {
+	err := wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, 30*time.Second, true, func(ctx context.Context) (bool, error) {
 		if rp.Exited() {
-			return fmt.Errorf("sidecar of %s/%s exited; see %s", rp.Namespace, rp.Name, filepath.Join(k.Dir, rp.Namespace+"_"+rp.Name))
+			return false, fmt.Errorf("sidecar of %s/%s exited; see %s", rp.Namespace, rp.Name, filepath.Join(k.Dir, rp.Namespace+"_"+rp.Name))
 		}
-		if probe == nil || probeOK(ctx, probe, c, rp.IP) {
-			return nil
-		}
-		if time.Now().After(deadline) {
-			return fmt.Errorf("sidecar of %s/%s not ready after 30s", rp.Namespace, rp.Name)
-		}
-		select {
-		case <-ctx.Done():
-			return ctx.Err()
-		case <-time.After(100 * time.Millisecond):
-		}
+		return probe == nil || probeOK(ctx, probe, c, rp.IP), nil
+	})
+	switch {
+	case err == nil, !wait.Interrupted(err):
+		return err
+	case ctx.Err() != nil:
+		return ctx.Err()
+	default:
+		return fmt.Errorf("sidecar of %s/%s not ready after 30s", rp.Namespace, rp.Name)
 	}
 }
 

@@ -1,8 +1,6 @@
 package devenv
 
 import (
-	"os"
-	"path/filepath"
 	"testing"
 
 	corev1 "k8s.io/api/core/v1"
@@ -27,44 +25,6 @@ func TestRewriteValue(t *testing.T) {
 		if got := rewriteValue(in, mounts, "127.0.0.7"); got != want {
 			t.Errorf("rewriteValue(%q) = %q, want %q", in, got, want)
 		}
-	}
-}
-
-func TestAtomicDirSwapsDataLink(t *testing.T) {
-	dir := t.TempDir()
-	w := &atomicDir{dir: dir}
-	read := func(name string) string {
-		t.Helper()
-		b, err := os.ReadFile(filepath.Join(dir, name))
-		if err != nil {
-			t.Fatal(err)
-		}
-		return string(b)
-	}
-	if err := w.write(map[string][]byte{"policies.json": []byte("v1")}); err != nil {
-		t.Fatal(err)
-	}
-	first, _ := os.Readlink(filepath.Join(dir, "..data"))
-	if got := read("policies.json"); got != "v1" {
-		t.Fatalf("policies.json = %q", got)
-	}
-	if link, _ := os.Readlink(filepath.Join(dir, "policies.json")); link != filepath.Join("..data", "policies.json") {
-		t.Fatalf("policies.json links to %q, want through ..data", link)
-	}
-	if err := w.write(map[string][]byte{"policies.json": []byte("v2")}); err != nil {
-		t.Fatal(err)
-	}
-	if got := read("policies.json"); got != "v2" {
-		t.Fatalf("policies.json = %q after update", got)
-	}
-	if _, err := os.Stat(filepath.Join(dir, first)); !os.IsNotExist(err) {
-		t.Fatalf("old version %s was not removed: %v", first, err)
-	}
-	if err := w.write(map[string][]byte{}); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := os.Lstat(filepath.Join(dir, "policies.json")); !os.IsNotExist(err) {
-		t.Fatalf("policies.json should be gone once the ConfigMap is: %v", err)
 	}
 }
 

@@ -2,7 +2,6 @@ package devenv
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -15,6 +14,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/util/wait"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
@@ -120,9 +120,10 @@ func Start(ctx context.Context, opts Options) (_ *System, err error) {
 	}
 
 	opts.Progress("Starting redis-server")
-	if s.Redis, err = startRedis(s.cleanups, s.Dir); err != nil {
+	if s.Redis, err = redisserver.Start(redisserver.WithArgs("--bind", "127.0.0.1", RedisAddr)); err != nil {
 		return nil, err
 	}
+	s.cleanups.add(s.Redis.Close)
 
 	opts.Progress("Starting the manager (controller and webhook)")
 	if err := s.startManager(); err != nil {
@@ -170,12 +171,11 @@ func (s *System) startManager() error {
 		}
 	})
 	// Admission needs the webhook server to be serving.
-	deadline := time.Now().Add(30 * time.Second)
-	for mgr.GetWebhookServer().StartedChecker()(nil) != nil {
-		if time.Now().After(deadline) {
-			return errors.New("the webhook server did not start within 30s")
-		}
-		time.Sleep(50 * time.Millisecond)
+	started := mgr.GetWebhookServer().StartedChecker()
+	if err := wait.PollUntilContextTimeout(ctx, 50*time.Millisecond, 30*time.Second, true, func(context.Context) (bool, error) {
+		return started(nil) == nil, nil
+	}); err != nil {
+		return fmt.Errorf("the webhook server did not start within 30s: %w", err)
 	}
 	return nil
 }
@@ -234,8 +234,7 @@ func (s *System) Stop() {
 	s.cleanups.run()
 }
 
-// cleanups runs functions in reverse order of registration; it is also the TB the Redis helper
-// reports to outside a test.
+// cleanups runs functions in reverse order of registration.
 type cleanups struct {
 	mu  sync.Mutex
 	fns []func()
@@ -257,52 +256,11 @@ func (c *cleanups) run() {
 	}
 }
 
-// redisTB adapts cleanups to redisserver.TB: failures become panics that startRedis and the
-// Redis controls turn into errors.
-type redisTB struct {
-	c   *cleanups
-	dir string
-}
-
-type redisFailure struct{ msg string }
-
-func (redisTB) Helper()                           {}
-func (t redisTB) Cleanup(f func())                { t.c.add(f) }
-func (t redisTB) TempDir() string                 { d, _ := os.MkdirTemp(t.dir, "redis-"); return d }
-func (redisTB) Fatalf(format string, args ...any) { panic(redisFailure{fmt.Sprintf(format, args...)}) }
-
-func startRedis(c *cleanups, dir string) (srv *redisserver.Server, err error) {
-	defer recoverRedis(&err)
-	return redisserver.Start(redisTB{c, dir}, redisserver.WithArgs("--bind", "127.0.0.1", RedisAddr)), nil
-}
-
-func recoverRedis(err *error) {
-	if r := recover(); r != nil {
-		f, ok := r.(redisFailure)
-		if !ok {
-			panic(r)
-		}
-		*err = errors.New(f.msg)
-	}
-}
-
 // StopRedis stops Redis (SIGTERM), as in an outage.
-func (s *System) StopRedis() (err error) {
-	defer recoverRedis(&err)
-	s.Redis.Stop()
-	return nil
-}
+func (s *System) StopRedis() error { return s.Redis.Stop() }
 
 // KillRedis kills Redis with SIGKILL.
-func (s *System) KillRedis() (err error) {
-	defer recoverRedis(&err)
-	s.Redis.Kill()
-	return nil
-}
+func (s *System) KillRedis() error { return s.Redis.Kill() }
 
 // RestartRedis starts Redis again on the same port, empty.
-func (s *System) RestartRedis() (err error) {
-	defer recoverRedis(&err)
-	s.Redis.Restart()
-	return nil
-}
+func (s *System) RestartRedis() error { return s.Redis.Restart() }

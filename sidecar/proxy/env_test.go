@@ -35,7 +35,7 @@ type env struct {
 	hits    atomic.Int64
 	mu      sync.Mutex
 	arrived []time.Time // when the upstream saw each request
-	redis   *redisserver.Server
+	redis   *redisserver.TestServer
 	vol     *sidecartest.AtomicDir
 	loader  *config.Loader
 	m       *metrics.Metrics
@@ -85,7 +85,7 @@ func newEnv(t *testing.T, doc []byte, o envOpt) *env {
 		Log:      log,
 	}
 	if !o.noRedis {
-		e.redis = redisserver.Start(t)
+		e.redis = redisserver.StartTest(t)
 		client, err := redisstore.NewClientFromURL(e.redis.URL())
 		if err != nil {
 			t.Fatal(err)

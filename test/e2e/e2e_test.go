@@ -91,7 +91,7 @@ var _ = Describe("Sluice on loopback", Ordered, func() {
 					Annotations: map[string]string{webhook.AnnotationInject: "true"},
 				},
 				Spec: corev1.PodSpec{Containers: []corev1.Container{{
-					Name: "app", Image: "sluice.local/demo-upstream:dev",
+					Name: "app", Image: "sluice.local/upstream:dev",
 					Ports: []corev1.ContainerPort{{ContainerPort: 8080}},
 				}}},
 			}

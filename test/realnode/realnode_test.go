@@ -136,7 +136,7 @@ func web() *appsv1.Deployment {
 				Spec: corev1.PodSpec{
 					TerminationGracePeriodSeconds: ptr.To[int64](2),
 					Containers: []corev1.Container{{
-						Name: "app", Image: "sluice.local/demo-upstream:dev", ImagePullPolicy: corev1.PullNever,
+						Name: "app", Image: "sluice.local/upstream:dev", ImagePullPolicy: corev1.PullNever,
 						Ports: []corev1.ContainerPort{{ContainerPort: 8080}},
 					}},
 				},

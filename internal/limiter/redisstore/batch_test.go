@@ -17,7 +17,7 @@ import (
 // one key share pipelines yet admit exactly the limit (each decision is still one script).
 func TestSingleNodeClientBatches(t *testing.T) {
 	const goroutines, each = 64, 25
-	srv := redisserver.Start(t)
+	srv := redisserver.StartTest(t)
 	s := newStore(t, newClient(t, srv.URL()), Options{Prefix: freshPrefix("batch"), Timeout: testTimeout})
 	if s.batch == nil {
 		t.Fatal("a single-node client's Store has no batcher")
@@ -36,7 +36,7 @@ func TestSingleNodeClientBatches(t *testing.T) {
 // sent again, and no request is counted twice.
 func TestNoScriptMidBatch(t *testing.T) {
 	const goroutines, each = 32, 20
-	srv := redisserver.Start(t)
+	srv := redisserver.StartTest(t)
 	s := newStore(t, newClient(t, srv.URL()), Options{Prefix: freshPrefix("noscript"), Timeout: testTimeout})
 	fw := limiter.Limit{Algorithm: limiter.FixedWindow, Limit: 200, Window: time.Minute}
 	tb := limiter.Limit{Algorithm: limiter.TokenBucket, Limit: 200, Window: limiter.MaxWindow}
@@ -84,7 +84,7 @@ func TestNoScriptMidBatch(t *testing.T) {
 func TestPausedRedisFailsEveryWaitingCaller(t *testing.T) {
 	// More callers than the pipelines in flight can carry, so some wait in the queue.
 	const callers = senders*maxBatch + 100
-	srv := redisserver.Start(t)
+	srv := redisserver.StartTest(t)
 	client := newClient(t, srv.URL())
 	s := newStore(t, client, Options{Timeout: failureBudget, ServerTime: true})
 	lim := limiter.Limit{Algorithm: limiter.FixedWindow, Limit: 1000, Window: time.Hour}
@@ -130,7 +130,7 @@ func TestPausedRedisFailsEveryWaitingCaller(t *testing.T) {
 // TestCloseStopsTheBatcher: Close returns once the batcher's goroutines are gone, is
 // idempotent, fails a call in flight at once with ErrClosed, and every later Take too.
 func TestCloseStopsTheBatcher(t *testing.T) {
-	srv := redisserver.Start(t)
+	srv := redisserver.StartTest(t)
 	client := newClient(t, srv.URL())
 	lim := limiter.Limit{Algorithm: limiter.FixedWindow, Limit: 1000, Window: time.Hour}
 	// Warm the client's pool, whose goroutines are the client's, not the Store's.

@@ -21,7 +21,7 @@ func benchURL(b *testing.B) string {
 	if u := os.Getenv("SLUICE_BENCH_REDIS_URL"); u != "" {
 		return u
 	}
-	return redisserver.Start(b).URL()
+	return redisserver.StartTest(b).URL()
 }
 
 // benchList returns the comma-separated $env, or def.

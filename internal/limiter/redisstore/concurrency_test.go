@@ -63,7 +63,7 @@ func checkExactlyCapacity(t *testing.T, lim limiter.Limit, admitted []limiter.Re
 // exactly the capacity through, for every algorithm.
 func TestConcurrentCallersAdmitExactlyTheLimit(t *testing.T) {
 	const goroutines, each = 64, 25
-	srv := redisserver.Start(t)
+	srv := redisserver.StartTest(t)
 	client := newClient(t, srv.URL())
 	for _, lim := range limiter.Variants(300, time.Minute, 0, limiter.MaxWindow) {
 		t.Run(lim.Name(), func(t *testing.T) {
@@ -79,7 +79,7 @@ func TestConcurrentCallersAdmitExactlyTheLimit(t *testing.T) {
 // than one token during the test.
 func TestConcurrentCallersServerTime(t *testing.T) {
 	const goroutines, each = 64, 25
-	srv := redisserver.Start(t)
+	srv := redisserver.StartTest(t)
 	client := newClient(t, srv.URL())
 	serverMs := func() int64 {
 		tm, err := client.Time(context.Background()).Result()
@@ -110,7 +110,7 @@ func TestConcurrentCallersServerTime(t *testing.T) {
 // exactly with ServerTime; with explicit time, B's clock ahead refills the bucket A emptied and
 // lets 7 more through, which is why production uses ServerTime.
 func TestSkewedClocksShareOneLimit(t *testing.T) {
-	srv := redisserver.Start(t)
+	srv := redisserver.StartTest(t)
 	const skew = 7 * time.Second
 	lim := limiter.Limit{Algorithm: limiter.TokenBucket, Limit: 10, Window: 10 * time.Second}
 	run := func(serverTime bool) int {

@@ -87,7 +87,7 @@ func randomCost(rng *rand.Rand, capacity int64) int64 {
 // time) and limiter.MemoryStore; every Result must be identical, field by field.
 func TestDifferentialAgainstMemoryStore(t *testing.T) {
 	const sets, steps = 40, 200
-	srv := redisserver.Start(t)
+	srv := redisserver.StartTest(t)
 	client := newClient(t, srv.URL())
 	for i, base := range limiter.Variants(1, time.Second, 0, 0) {
 		t.Run(base.Name(), func(t *testing.T) {
@@ -126,7 +126,7 @@ func TestDifferentialAgainstMemoryStore(t *testing.T) {
 // TestDifferentialLongLog drives a SlidingWindowLog with hundreds of entries, so the script
 // drops expired entries and walks the log for RetryAfter over several LRANGE chunks.
 func TestDifferentialLongLog(t *testing.T) {
-	srv := redisserver.Start(t)
+	srv := redisserver.StartTest(t)
 	rs := newStore(t, newClient(t, srv.URL()), Options{Prefix: freshPrefix("longlog"), Timeout: testTimeout})
 	ms := limiter.NewMemoryStore(limiter.MemoryStoreOptions{})
 	lim := limiter.Limit{Algorithm: limiter.SlidingWindowLog, Limit: limiter.MaxLogLimit, Window: 10 * time.Second}

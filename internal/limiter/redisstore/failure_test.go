@@ -43,7 +43,7 @@ func failedTake(t *testing.T, s *Store, lim limiter.Limit, wantTimeout bool) tim
 // refused); after a restart, which drops the script cache, the store recovers (NOSCRIPT falls
 // back to EVAL).
 func TestKilledRedisFailsFast(t *testing.T) {
-	srv := redisserver.Start(t)
+	srv := redisserver.StartTest(t)
 	s := newStore(t, newClient(t, srv.URL()), Options{Timeout: failureBudget, ServerTime: true})
 	for _, lim := range limiter.Variants(10, time.Second, 0, time.Second) {
 		mustTake(t, s, "k", lim, 1, time.Time{})
@@ -65,7 +65,7 @@ func TestKilledRedisFailsFast(t *testing.T) {
 // (SIGSTOP) makes calls fail as timeouts after the budget, on a pooled connection and on a
 // new one; after SIGCONT the store works again.
 func TestPausedRedisTimesOutWithinBudget(t *testing.T) {
-	srv := redisserver.Start(t)
+	srv := redisserver.StartTest(t)
 	client := newClient(t, srv.URL())
 	s := newStore(t, client, Options{Timeout: failureBudget, ServerTime: true})
 	lim := limiter.Limit{Algorithm: limiter.FixedWindow, Limit: 1000, Window: time.Hour}
@@ -87,7 +87,7 @@ func TestPausedRedisTimesOutWithinBudget(t *testing.T) {
 // TestCallerCancelIsNotUnavailability: a caller that gives up is not Redis failing, so the
 // error must not trip a breaker that counts ErrUnavailable.
 func TestCallerCancelIsNotUnavailability(t *testing.T) {
-	srv := redisserver.Start(t)
+	srv := redisserver.StartTest(t)
 	s := newStore(t, newClient(t, srv.URL()), Options{ServerTime: true})
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()

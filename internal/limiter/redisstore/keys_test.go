@@ -42,7 +42,7 @@ func checkKeys(t testing.TB, s *Store, key string, lim limiter.Limit) []string {
 // TestKeysResistInjection: hostile keys map to distinct keys of bounded length in the layout,
 // and on a real server each gets its own limit (a collision would deny the second one).
 func TestKeysResistInjection(t *testing.T) {
-	srv := redisserver.Start(t)
+	srv := redisserver.StartTest(t)
 	s := newStore(t, newClient(t, srv.URL()), Options{Prefix: "sluice", Timeout: testTimeout})
 	seen := map[string]string{}
 	for _, lim := range limiter.Variants(1, time.Minute, 0, time.Minute) {

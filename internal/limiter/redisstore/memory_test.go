@@ -12,7 +12,7 @@ import (
 )
 
 // memoryUsage is MEMORY USAGE summed over a limiter's keys, in bytes.
-func memoryUsage(t *testing.T, srv *redisserver.Server, keys []string) int {
+func memoryUsage(t *testing.T, srv *redisserver.TestServer, keys []string) int {
 	t.Helper()
 	total := 0
 	for _, k := range keys {
@@ -33,7 +33,7 @@ func memoryUsage(t *testing.T, srv *redisserver.Server, keys []string) int {
 // the value and Redis's per-key overhead), logs it for the docs, and fails if a layout change
 // makes it balloon.
 func TestMemoryPerKey(t *testing.T) {
-	srv := redisserver.Start(t)
+	srv := redisserver.StartTest(t)
 	s := newStore(t, newClient(t, srv.URL()), Options{Timeout: testTimeout})
 	for _, lim := range limiter.Variants(100, time.Minute, 0, time.Minute) {
 		keys := s.Keys("client-42", lim)
@@ -64,7 +64,7 @@ func TestMemoryPerKey(t *testing.T) {
 // TTL is at most the ResetAfter of the key's last decision, and a decision that leaves a key
 // as good as absent leaves no key.
 func TestEveryKeyHasATTL(t *testing.T) {
-	srv := redisserver.Start(t)
+	srv := redisserver.StartTest(t)
 	client := newClient(t, srv.URL())
 	for _, serverTime := range []bool{false, true} {
 		s := newStore(t, client, Options{Prefix: freshPrefix("ttl"), Timeout: testTimeout, ServerTime: serverTime})
@@ -119,7 +119,7 @@ func TestEveryKeyHasATTL(t *testing.T) {
 // TestServerTimeIgnoresNow: with ServerTime the caller's now does not matter, even an instant
 // the explicit mode would reject.
 func TestServerTimeIgnoresNow(t *testing.T) {
-	srv := redisserver.Start(t)
+	srv := redisserver.StartTest(t)
 	s := newStore(t, newClient(t, srv.URL()), Options{Timeout: testTimeout, ServerTime: true})
 	lim := limiter.Limit{Algorithm: limiter.FixedWindow, Limit: 3, Window: time.Hour}
 	var got []bool

@@ -1,7 +1,11 @@
-// Package redisserver runs real redis-server processes for tests: one server, or a small
-// cluster of masters, each on a free loopback port with its own temporary directory, no
-// persistence, and cleanup registered with the test. Tests can stop, kill, pause, resume and
-// restart a server to exercise failure handling against the real thing rather than a mock.
+// Package redisserver runs real redis-server processes for tests and the local demo: one
+// server, or a small cluster of masters, each on a free loopback port with its own temporary
+// directory and no persistence. Tests can stop, kill, pause, resume and restart a server to
+// exercise failure handling against the real thing rather than a mock.
+//
+// Start returns an error and leaves cleanup to the caller (Close), for programs such as
+// internal/devenv and bench/chaos; tests use StartTest, which fails the test instead and
+// registers the cleanup with it.
 //
 // The binaries (redis-server, and redis-cli for clusters) are taken from PATH; `make test`
 // installs them. The helper never uses a Redis the machine already runs: it picks its own port
@@ -25,15 +29,6 @@ import (
 	"time"
 )
 
-// TB is the part of testing.TB the helper uses. Tests pass their *testing.T; a program such
-// as the local demo passes its own implementation, whose Fatalf must not return.
-type TB interface {
-	Helper()
-	Fatalf(format string, args ...any)
-	Cleanup(func())
-	TempDir() string
-}
-
 // startTimeout bounds how long a server may take to answer PING after it is started.
 const startTimeout = 10 * time.Second
 
@@ -43,6 +38,7 @@ type Option func(*config)
 type config struct {
 	args    []string
 	cluster bool
+	dir     string
 }
 
 // WithArgs appends redis-server command-line configuration, e.g.
@@ -52,15 +48,20 @@ func WithArgs(args ...string) Option {
 	return func(c *config) { c.args = append(c.args, args...) }
 }
 
+// WithDir keeps the server's files (its log, redis.log) in dir, created if missing, instead of
+// a temporary directory; Close leaves dir in place.
+func WithDir(dir string) Option {
+	return func(c *config) { c.dir = dir }
+}
+
 // withCluster enables cluster mode; StartCluster uses it.
 func withCluster() Option {
 	return func(c *config) { c.cluster = true }
 }
 
-// Server is one redis-server process owned by a test. Its methods are safe for concurrent use,
-// but a test normally drives it from one goroutine.
+// Server is one redis-server process. Its methods are safe for concurrent use, but a caller
+// normally drives it from one goroutine.
 type Server struct {
-	t    TB
 	bin  string
 	dir  string
 	port int
@@ -72,33 +73,44 @@ type Server struct {
 	paused bool
 }
 
-// Start runs a redis-server on a free loopback port and waits until it answers PING. The
-// server is killed and its directory removed when the test ends. Start fails the test when
-// redis-server is not on PATH or does not come up.
-func Start(t TB, opts ...Option) *Server {
-	t.Helper()
-	bin := lookPath(t, "redis-server")
+// Start runs a redis-server on a free loopback port and waits until it answers PING. Close
+// kills it and removes its directory. Start fails when redis-server is not on PATH or does not
+// come up.
+func Start(opts ...Option) (*Server, error) {
+	bin, err := lookPath("redis-server")
+	if err != nil {
+		return nil, err
+	}
 	var cfg config
 	for _, o := range opts {
 		o(&cfg)
 	}
-	s := &Server{t: t, bin: bin, dir: t.TempDir(), cfg: cfg}
-	t.Cleanup(s.cleanup)
+	dir := cfg.dir
+	if dir == "" {
+		if dir, err = os.MkdirTemp("", "redisserver-"); err != nil {
+			return nil, fmt.Errorf("redisserver: %w", err)
+		}
+	} else if err := os.MkdirAll(dir, 0o755); err != nil {
+		return nil, fmt.Errorf("redisserver: %w", err)
+	}
+	s := &Server{bin: bin, dir: dir, cfg: cfg}
 
 	// Another process can take the port between our probe and redis-server's bind; try a few.
 	var lastErr error
 	for range 5 {
 		port, err := freePort(cfg.cluster)
 		if err != nil {
-			t.Fatalf("redisserver: finding a free port: %v", err)
+			s.Close()
+			return nil, fmt.Errorf("redisserver: finding a free port: %w", err)
 		}
 		s.port = port
 		if lastErr = s.start(); lastErr == nil {
-			return s
+			return s, nil
 		}
 	}
-	t.Fatalf("redisserver: starting redis-server: %v\nlog:\n%s", lastErr, s.log())
-	return nil
+	err = fmt.Errorf("redisserver: starting redis-server: %w\nlog:\n%s", lastErr, s.log())
+	s.Close()
+	return nil, err
 }
 
 // Addr is the server's host:port on the loopback interface.
@@ -112,61 +124,68 @@ func (s *Server) URL() string { return "redis://" + s.Addr() + "/0" }
 
 // Stop shuts the server down gracefully (SIGTERM) and waits for it to exit. A paused server is
 // resumed first so it can see the signal. Stopping a stopped server does nothing.
-func (s *Server) Stop() {
-	s.t.Helper()
+func (s *Server) Stop() error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if err := s.stopLocked(syscall.SIGTERM); err != nil {
-		s.t.Fatalf("redisserver: stopping %s: %v", s.Addr(), err)
+		return fmt.Errorf("redisserver: stopping %s: %w", s.Addr(), err)
 	}
+	return nil
 }
 
 // Kill ends the server with SIGKILL and waits for it to exit: clients see connections reset
 // and new connections refused.
-func (s *Server) Kill() {
-	s.t.Helper()
+func (s *Server) Kill() error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if err := s.stopLocked(syscall.SIGKILL); err != nil {
-		s.t.Fatalf("redisserver: killing %s: %v", s.Addr(), err)
+		return fmt.Errorf("redisserver: killing %s: %w", s.Addr(), err)
 	}
+	return nil
 }
 
 // Pause freezes the server with SIGSTOP: connections stay open and requests go unanswered,
 // as with a server that hangs or a network partition. Resume undoes it.
-func (s *Server) Pause() {
-	s.t.Helper()
-	s.signal(syscall.SIGSTOP, true)
-}
+func (s *Server) Pause() error { return s.signal(syscall.SIGSTOP, true) }
 
 // Resume continues a paused server with SIGCONT.
-func (s *Server) Resume() {
-	s.t.Helper()
-	s.signal(syscall.SIGCONT, false)
-}
+func (s *Server) Resume() error { return s.signal(syscall.SIGCONT, false) }
 
 // Restart stops the server if it runs (gracefully) and starts it again on the same port and
 // directory. Data does not survive: the helper disables persistence. Clients using the old
 // address reconnect to the new process.
-func (s *Server) Restart() {
-	s.t.Helper()
+func (s *Server) Restart() error {
 	s.mu.Lock()
 	err := s.stopLocked(syscall.SIGTERM)
 	s.mu.Unlock()
 	if err != nil {
-		s.t.Fatalf("redisserver: stopping %s for restart: %v", s.Addr(), err)
+		return fmt.Errorf("redisserver: stopping %s for restart: %w", s.Addr(), err)
 	}
 	// The port was ours a moment ago, but the kernel may need a moment to release it.
 	deadline := time.Now().Add(startTimeout)
 	for {
 		err = s.start()
 		if err == nil {
-			return
+			return nil
 		}
 		if time.Now().After(deadline) {
-			s.t.Fatalf("redisserver: restarting %s: %v\nlog:\n%s", s.Addr(), err, s.log())
+			return fmt.Errorf("redisserver: restarting %s: %w\nlog:\n%s", s.Addr(), err, s.log())
 		}
 		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// Close kills the server, if it runs (a paused one too), and removes its directory unless it
+// was given with WithDir. Closing a closed server does nothing.
+func (s *Server) Close() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.paused && s.cmd != nil {
+		_ = s.cmd.Process.Signal(syscall.SIGCONT)
+	}
+	_ = s.stopLocked(syscall.SIGKILL)
+	if s.cfg.dir == "" {
+		_ = os.RemoveAll(s.dir)
 	}
 }
 
@@ -264,25 +283,17 @@ func (s *Server) stopLocked(sig syscall.Signal) error {
 	return nil
 }
 
-func (s *Server) signal(sig syscall.Signal, paused bool) {
+func (s *Server) signal(sig syscall.Signal, paused bool) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.cmd == nil {
-		s.t.Fatalf("redisserver: %v to %s, which is not running", sig, s.Addr())
+		return fmt.Errorf("redisserver: %v to %s, which is not running", sig, s.Addr())
 	}
 	if err := s.cmd.Process.Signal(sig); err != nil {
-		s.t.Fatalf("redisserver: %v to %s: %v", sig, s.Addr(), err)
+		return fmt.Errorf("redisserver: %v to %s: %w", sig, s.Addr(), err)
 	}
 	s.paused = paused
-}
-
-func (s *Server) cleanup() {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.paused && s.cmd != nil {
-		_ = s.cmd.Process.Signal(syscall.SIGCONT)
-	}
-	_ = s.stopLocked(syscall.SIGKILL)
+	return nil
 }
 
 // log returns the tail of the server's log file, for failure messages.
@@ -297,14 +308,17 @@ func (s *Server) log() string {
 	return string(b)
 }
 
-func lookPath(t TB, name string) string {
-	t.Helper()
+func lookPath(name string) (string, error) {
 	p, err := exec.LookPath(name)
 	if err != nil {
-		t.Fatalf("redisserver: %s is not on PATH (%v); `make test` installs it, or install the redis-server and redis-tools packages", name, err)
+		return "", fmt.Errorf("redisserver: %s is not on PATH (%w); `make test` installs it, or install the redis-server and redis-tools packages", name, err)
 	}
-	return p
+	return p, nil
 }
+
+// FreePort returns a loopback TCP port nobody listens on at the moment, never Redis's default
+// 6379, for a program to bind next to the servers (another process may take it first).
+func FreePort() (int, error) { return freePort(false) }
 
 // freePort returns a loopback TCP port nobody listens on. With cluster, it also checks the
 // cluster bus port (port+10000), which Redis derives from the client port.

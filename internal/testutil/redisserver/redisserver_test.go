@@ -2,16 +2,15 @@ package redisserver
 
 import (
 	"errors"
-	"fmt"
 	"net"
-	"runtime"
+	"os"
 	"strings"
 	"testing"
 	"time"
 )
 
 func TestStartAnswersPingWithoutPersistence(t *testing.T) {
-	s := Start(t)
+	s := StartTest(t)
 	if s.Port() == 6379 {
 		t.Fatal("helper picked the default Redis port")
 	}
@@ -33,7 +32,7 @@ func TestStartAnswersPingWithoutPersistence(t *testing.T) {
 }
 
 func TestWithArgsOverridesDefaults(t *testing.T) {
-	s := Start(t, WithArgs("--maxmemory", "12345678"))
+	s := StartTest(t, WithArgs("--maxmemory", "12345678"))
 	got, err := s.Do("CONFIG", "GET", "maxmemory")
 	if err != nil || got != "maxmemory\n12345678" {
 		t.Fatalf("CONFIG GET maxmemory = %q, %v", got, err)
@@ -41,7 +40,7 @@ func TestWithArgsOverridesDefaults(t *testing.T) {
 }
 
 func TestTwoServersGetDistinctPortsAndData(t *testing.T) {
-	a, b := Start(t), Start(t)
+	a, b := StartTest(t), StartTest(t)
 	if a.Addr() == b.Addr() {
 		t.Fatalf("both servers on %s", a.Addr())
 	}
@@ -54,12 +53,12 @@ func TestTwoServersGetDistinctPortsAndData(t *testing.T) {
 }
 
 func TestStopKillRestart(t *testing.T) {
-	for name, down := range map[string]func(*Server){
-		"stop": (*Server).Stop,
-		"kill": (*Server).Kill,
+	for name, down := range map[string]func(*TestServer){
+		"stop": (*TestServer).Stop,
+		"kill": (*TestServer).Kill,
 	} {
 		t.Run(name, func(t *testing.T) {
-			s := Start(t)
+			s := StartTest(t)
 			if _, err := s.Do("SET", "k", "v"); err != nil {
 				t.Fatal(err)
 			}
@@ -80,7 +79,7 @@ func TestStopKillRestart(t *testing.T) {
 }
 
 func TestRestartRunningServerKeepsPort(t *testing.T) {
-	s := Start(t)
+	s := StartTest(t)
 	addr := s.Addr()
 	s.Restart()
 	if s.Addr() != addr {
@@ -92,7 +91,7 @@ func TestRestartRunningServerKeepsPort(t *testing.T) {
 }
 
 func TestPauseHoldsRepliesUntilResume(t *testing.T) {
-	s := Start(t)
+	s := StartTest(t)
 	s.Pause()
 	if _, err := do(s.Addr(), 200*time.Millisecond, "PING"); err == nil {
 		t.Fatal("paused server answered PING")
@@ -106,7 +105,7 @@ func TestPauseHoldsRepliesUntilResume(t *testing.T) {
 }
 
 func TestStopPausedServer(t *testing.T) {
-	s := Start(t)
+	s := StartTest(t)
 	s.Pause()
 	s.Stop()
 	if _, err := net.DialTimeout("tcp", s.Addr(), time.Second); err == nil {
@@ -140,28 +139,29 @@ func TestClusterOfThreeMasters(t *testing.T) {
 	}
 }
 
-// fatalRecorder is a testing.TB whose Fatalf records the message and ends the goroutine, so a
-// test can check what Start says when it fails.
-type fatalRecorder struct {
-	testing.TB
-	msg string
-}
-
-func (f *fatalRecorder) Fatalf(format string, args ...any) {
-	f.msg = fmt.Sprintf(format, args...)
-	runtime.Goexit()
-}
-
 func TestMissingBinaryNamesMakeTest(t *testing.T) {
 	t.Setenv("PATH", t.TempDir())
-	rec := &fatalRecorder{TB: t}
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		Start(rec)
-	}()
-	<-done
-	if !strings.Contains(rec.msg, "redis-server is not on PATH") || !strings.Contains(rec.msg, "make test") {
-		t.Fatalf("Start without redis-server failed with %q; want it to name the binary and `make test`", rec.msg)
+	s, err := Start()
+	if err == nil {
+		s.Close()
+		t.Fatal("Start without redis-server on PATH succeeded")
 	}
+	if msg := err.Error(); !strings.Contains(msg, "redis-server is not on PATH") || !strings.Contains(msg, "make test") {
+		t.Fatalf("Start without redis-server failed with %q; want it to name the binary and `make test`", msg)
+	}
+}
+
+func TestCloseKillsAndRemovesDir(t *testing.T) {
+	s, err := Start()
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.Close()
+	if _, err := net.DialTimeout("tcp", s.Addr(), time.Second); err == nil {
+		t.Fatal("server still accepts connections after Close")
+	}
+	if _, err := os.Stat(s.dir); !os.IsNotExist(err) {
+		t.Fatalf("directory %s still there after Close: %v", s.dir, err)
+	}
+	s.Close() // idempotent
 }

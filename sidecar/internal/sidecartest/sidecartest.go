@@ -4,13 +4,11 @@ package sidecartest
 
 import (
 	"encoding/json"
-	"fmt"
-	"os"
-	"path/filepath"
 	"testing"
 	"time"
 
 	"github.com/sluice-dev/sluice/internal/policy"
+	"github.com/sluice-dev/sluice/internal/testutil/kubeletdir"
 )
 
 // Policy returns a valid policy selecting every pod, with one replica, failure mode Local,
@@ -73,58 +71,29 @@ func JSON(t testing.TB, v any) []byte {
 	return b
 }
 
-// AtomicDir is a directory updated as kubelet updates a ConfigMap or downward API volume:
-// each version is a new timestamped directory, a ..data_tmp symlink to it is renamed over
-// ..data, and each file is a symlink name -> ..data/name.
+// AtomicDir is a directory updated as kubelet updates a ConfigMap or downward API volume
+// (see kubeletdir): each version is a new timestamped directory, a ..data_tmp symlink to it is
+// renamed over ..data, and each file is a symlink name -> ..data/name.
 type AtomicDir struct {
 	Dir string
-	n   int
-	old string
+	w   *kubeletdir.Dir
 }
 
 // NewAtomicDir returns an empty AtomicDir in a temporary directory.
 func NewAtomicDir(t testing.TB) *AtomicDir {
-	return &AtomicDir{Dir: t.TempDir()}
+	dir := t.TempDir()
+	return &AtomicDir{Dir: dir, w: kubeletdir.New(dir)}
 }
 
 // Path is the path of a file of the volume.
-func (a *AtomicDir) Path(name string) string { return filepath.Join(a.Dir, name) }
+func (a *AtomicDir) Path(name string) string { return a.w.Path(name) }
 
-// Write publishes a new version holding files.
+// Write publishes a new version holding files, failing the test on an error.
 func (a *AtomicDir) Write(t testing.TB, files map[string][]byte) {
 	t.Helper()
-	a.n++
-	ts := fmt.Sprintf("..%s.%d", time.Now().UTC().Format("2006_01_02_15_04_05"), a.n)
-	dir := filepath.Join(a.Dir, ts)
-	if err := os.Mkdir(dir, 0o755); err != nil {
+	if err := a.w.Write(files); err != nil {
 		t.Fatal(err)
 	}
-	for name, b := range files {
-		if err := os.WriteFile(filepath.Join(dir, name), b, 0o644); err != nil {
-			t.Fatal(err)
-		}
-	}
-	tmp := filepath.Join(a.Dir, "..data_tmp")
-	if err := os.Symlink(ts, tmp); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.Rename(tmp, filepath.Join(a.Dir, "..data")); err != nil {
-		t.Fatal(err)
-	}
-	for name := range files {
-		link := filepath.Join(a.Dir, name)
-		if _, err := os.Lstat(link); os.IsNotExist(err) {
-			if err := os.Symlink(filepath.Join("..data", name), link); err != nil {
-				t.Fatal(err)
-			}
-		}
-	}
-	if a.old != "" {
-		if err := os.RemoveAll(filepath.Join(a.Dir, a.old)); err != nil {
-			t.Fatal(err)
-		}
-	}
-	a.old = ts
 }
 
 // Eventually calls f until it returns nil or timeout passes, then fails the test with f's

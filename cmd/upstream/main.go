@@ -1,5 +1,7 @@
-// Command demo-upstream is the tiny application the demo and the end-to-end tests run behind
-// the sidecar.
+// Command upstream is the one small application put behind the sidecar outside a Go process:
+// the real-node image (sluice.local/upstream:dev) and the proxy benchmark (bench/proxy.sh) run
+// it. It serves internal/upstream's handler, which the loopback demo, the end-to-end test and
+// bench/chaos run in process.
 package main
 
 import (

@@ -1,4 +1,4 @@
-package main
+package simulate
 
 import (
 	"fmt"
@@ -17,8 +17,6 @@ import (
 	"gonum.org/v1/plot/vg"
 	"gonum.org/v1/plot/vg/draw"
 	"gonum.org/v1/plot/vg/vgimg"
-
-	"github.com/sluice-dev/sluice/internal/limiter"
 )
 
 // The PNG's geometry, in pixels at plotDPI: 800 px is the width a README shows.
@@ -48,9 +46,9 @@ func plotHeight(n int) int {
 	return figureTitlePx + n*panelHeightPx
 }
 
-// plotBucketMs returns the plot's bucket of time in ms: flag when set (a whole number of ms,
+// BucketMs returns the plot's bucket of time in ms: flag when set (a whole number of ms,
 // at least 1ms), else window/10 (at least 1ms).
-func plotBucketMs(flag, window time.Duration) (int64, error) {
+func BucketMs(flag, window time.Duration) (int64, error) {
 	if flag == 0 {
 		return max(1, window.Milliseconds()/defaultBucketDiv), nil
 	}
@@ -58,48 +56,6 @@ func plotBucketMs(flag, window time.Duration) (int64, error) {
 		return 0, fmt.Errorf("plot-bucket %s is not a whole number of milliseconds of at least 1ms", flag)
 	}
 	return flag.Milliseconds(), nil
-}
-
-// simRun is one replay of a trace through one limit, as much as a plot needs.
-type simRun struct {
-	lim      limiter.Limit
-	cost     int64
-	arrivals []int64 // ms since the epoch, non-decreasing
-	// admitted holds, for each admitted request, the instant it proceeds: its arrival plus its
-	// Delay (LeakyBucket Queue), so a queue shows the rate it lets requests through at.
-	admitted        []int64
-	allowed, denied int
-}
-
-func newRun(lim limiter.Limit, cost int64) *simRun { return &simRun{lim: lim, cost: cost} }
-
-// record adds one decision.
-func (r *simRun) record(at int64, res limiter.Result) {
-	r.arrivals = append(r.arrivals, at)
-	if res.Allowed {
-		r.allowed++
-		r.admitted = append(r.admitted, at+res.Delay.Milliseconds())
-	} else {
-		r.denied++
-	}
-}
-
-// name is the algorithm, with its mode for a leaky bucket given one: "LeakyBucket/Queue".
-func (r *simRun) name() string {
-	return r.lim.Name()
-}
-
-// params describes the limit's parameters, e.g. "limit 10 per 1s, burst 10".
-func (r *simRun) params() string { return r.paramsFor([]*simRun{r}) }
-
-// title is the title of a single simulation's plot.
-func (r *simRun) title() string { return r.name() + ": " + r.params() }
-
-// maxInWindow returns the most admitted requests in any interval of one window, (t-W, t]:
-// the bound a SlidingWindowLog holds to exactly.
-func (r *simRun) maxInWindow() int {
-	_, m := trailing(r.admitted, r.lim.WindowMs())
-	return m
 }
 
 // trailing returns the step function "admitted in the last w ms", n(t) = #{a in times :
@@ -142,11 +98,11 @@ func counts(times []int64, origin, bucket int64, n int) []int {
 	return c
 }
 
-// plotRuns draws one panel per run into the PNG file: requests offered and admitted per bucket
+// Plot draws one panel per run into the PNG file: requests offered and admitted per bucket
 // of time (ms), the admitted in the last window, the limit and the window boundaries, on a
 // shared time axis in seconds since the first arrival. One run is titled with its own title;
 // several get title above them and each a panel titled with its name and totals.
-func plotRuns(file, title string, runs []*simRun, bucket int64) error {
+func Plot(file, title string, runs []*Run, bucket int64) error {
 	if len(runs) == 0 {
 		return fmt.Errorf("nothing to plot")
 	}
@@ -186,8 +142,8 @@ func plotRuns(file, title string, runs []*simRun, bucket int64) error {
 			p.Title.Text = title
 		} else {
 			p.Title.Text = fmt.Sprintf("%s: admitted %d of %d, at most %d in any %s",
-				r.name(), r.allowed, len(r.arrivals), r.maxInWindow(), r.lim.Window)
-			if isQueue(r.lim) {
+				r.Name(), r.allowed, len(r.arrivals), r.MaxInWindow(), r.lim.Window)
+			if IsQueue(r.lim) {
 				p.Title.Text += " (counted when they proceed)"
 			}
 			if i > 0 {
@@ -255,7 +211,7 @@ var palette = []color.RGBA{
 }
 
 // panel draws run r (the i-th) on [origin, axisEnd) ms with nb buckets of bucket ms.
-func panel(r *simRun, i int, origin, axisEnd, bucket int64, nb int) *plot.Plot {
+func panel(r *Run, i int, origin, axisEnd, bucket int64, nb int) *plot.Plot {
 	sec := func(t int64) float64 { return float64(t-origin) / 1000 }
 	W := r.lim.WindowMs()
 	bucketName := (time.Duration(bucket) * time.Millisecond).String()
@@ -306,7 +262,7 @@ func panel(r *simRun, i int, origin, axisEnd, bucket int64, nb int) *plot.Plot {
 	admitted.FillColor = color.NRGBA{c.R, c.G, c.B, 0x70}
 	p.Add(admitted)
 	admittedName := "admitted per " + bucketName
-	if isQueue(r.lim) {
+	if IsQueue(r.lim) {
 		admittedName += " (when it proceeds)"
 	}
 	p.Legend.Add(admittedName, admitted)
