@@ -73,9 +73,10 @@ demo: redis ## Run the whole system on loopback and show it working (DEMO_ARGS=-
 ##@ Build
 
 .PHONY: build
-build: manifests generate fmt vet ## Build the binaries into ./bin.
+build: manifests generate fmt vet ## Build the binaries (manager, sluicectl, sidecar) into ./bin.
 	go build -o $(LOCALBIN)/manager ./cmd/manager
 	go build -o $(LOCALBIN)/sluicectl ./cmd/sluicectl
+	go build -o $(LOCALBIN)/sluice-sidecar ./sidecar
 
 .PHONY: run
 run: manifests generate fmt vet ## Run the controller (without the webhook) against the cluster in ~/.kube/config.
@@ -171,6 +172,6 @@ $(KUSTOMIZE)-$(KUSTOMIZE_VERSION): | $(LOCALBIN)
 
 ##@ End-to-end
 
-.PHONY: test-e2e
-test-e2e: ## Run Sluice on a real single-node Kubernetes (root, Linux; SKIPs elsewhere, fails under CI=true).
-	hack/realnode/e2e.sh
+.PHONY: test-realnode
+test-realnode: ## Run test/realnode: Sluice on a real single-node Kubernetes (root, Linux; SKIPs elsewhere, fails under CI=true).
+	hack/realnode/test.sh

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# A real single-node Kubernetes made of processes, for `make test-e2e`: etcd, kube-apiserver,
+# A real single-node Kubernetes made of processes, for `make test-realnode`: etcd, kube-apiserver,
 # kube-controller-manager, kube-scheduler, kubelet, containerd + runc + CNI bridge, and a
 # redis-server for the sidecars. Everything it starts, mounts or creates is undone by `down`.
 #

@@ -71,7 +71,9 @@ var loadSchema = sync.OnceValues(func() (*schema, error) {
 })
 
 // Decode reads YAML or JSON documents (separated by ---) from r. Each must be a
-// RateLimitPolicy; it is pruned, defaulted and validated as the API server would do on create.
+// RateLimitPolicy; it is defaulted and validated as the API server would do on create, with
+// strict field validation as `kubectl apply` asks for by default: a field the CRD does not
+// declare is an error naming its path ("unknown field \"spec.rules[0].keys\""), not pruned.
 // source names r in messages. The error lists every invalid document's field errors.
 func Decode(r io.Reader, source string) ([]v1alpha1.RateLimitPolicy, error) {
 	s, err := loadSchema()
@@ -124,9 +126,18 @@ func (s *schema) decode(doc []byte) (*v1alpha1.RateLimitPolicy, error) {
 			name = n
 		}
 	}
-	// The API server's order: prune unknown fields and nulls, default, validate the schema and
-	// list invariants, then the CEL rules unless a schema error makes them meaningless.
-	structuralpruning.Prune(obj, s.structural, true)
+	// The API server's order: reject unknown fields (kubectl apply asks for strict field
+	// validation by default; the server would prune them silently otherwise), prune nulls,
+	// default, validate the schema and list invariants, then the CEL rules unless a schema error
+	// makes them meaningless.
+	unknown := structuralpruning.PruneWithOptions(obj, s.structural, true, structuralschema.UnknownFieldPathOptions{TrackUnknownFieldPaths: true})
+	if len(unknown) > 0 {
+		errs := make([]error, len(unknown))
+		for i, path := range unknown {
+			errs[i] = fmt.Errorf("unknown field %q", path)
+		}
+		return nil, fmt.Errorf("RateLimitPolicy.sluice.dev %q cannot be handled as a RateLimitPolicy: %w", name, runtime.NewStrictDecodingError(errs))
+	}
 	structuraldefaulting.PruneNonNullableNullsWithoutDefaults(obj, s.structural)
 	structuraldefaulting.Default(obj, s.structural)
 	var errs field.ErrorList

@@ -1,7 +1,7 @@
 //go:build realnode
 
 // Package realnode checks what only a kubelet can: that injected pods really run. It talks to
-// the single-node cluster hack/realnode/node.sh brings up (`make test-e2e` runs both): the
+// the single-node cluster hack/realnode/node.sh brings up (`make test-realnode` runs both): the
 // native sidecar starts before the application under its restrictive securityContext and
 // passes its probes, reads the policies and labels kubelet mounts, follows a policy edit
 // through kubelet's ConfigMap update, and shares limits through Redis, or splits them while
@@ -36,7 +36,7 @@ var k8s client.Client
 
 func TestRealNode(t *testing.T) {
 	if kubeconfig == "" || kubectlBin == "" || nodeScript == "" || kubeletDir == "" {
-		t.Skip("no node: run `make test-e2e` (hack/realnode/e2e.sh), which brings one up and sets SLUICE_REALNODE_*")
+		t.Skip("no node: run `make test-realnode` (hack/realnode/test.sh), which brings one up and sets SLUICE_REALNODE_*")
 	}
 	RegisterFailHandler(Fail)
 	SetDefaultEventuallyTimeout(60 * time.Second)

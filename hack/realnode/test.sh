@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# `make test-e2e`: Sluice on a real single-node Kubernetes. Brings the node up with node.sh,
+# `make test-realnode`: Sluice on a real single-node Kubernetes. Brings the node up with node.sh,
 # runs the Go test in test/realnode against it and takes everything down again, on success,
 # failure or interrupt, then checks that nothing of the node is left on the machine.
 #
@@ -13,10 +13,10 @@ node="$here/node.sh"
 if ! missing=$("$node" preflight 2>&1); then
   reason=$(echo "$missing" | sed -n 's/^realnode: missing: //p' | awk 'NR > 1 {printf "; "} {printf "%s", $0}')
   if [ "${CI:-}" = true ]; then
-    echo "FAIL: test-e2e cannot run a Kubernetes node on this machine (CI=true, so this is an error): missing ${reason:-$missing}"
+    echo "FAIL: test-realnode cannot run a Kubernetes node on this machine (CI=true, so this is an error): missing ${reason:-$missing}"
     exit 1
   fi
-  echo "SKIP: test-e2e needs a machine that can run a Kubernetes node; missing: ${reason:-$missing}"
+  echo "SKIP: test-realnode needs a machine that can run a Kubernetes node; missing: ${reason:-$missing}"
   exit 0
 fi
 
