@@ -237,14 +237,10 @@ func (d *demo) until(ctx context.Context, cond func() (bool, error)) error {
 	err := wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, 30*time.Second, true, func(context.Context) (bool, error) {
 		return cond()
 	})
-	switch {
-	case err == nil, !wait.Interrupted(err):
-		return err
-	case ctx.Err() != nil:
-		return ctx.Err()
-	default:
+	if wait.Interrupted(err) && ctx.Err() == nil {
 		return fmt.Errorf("condition not met within 30s")
 	}
+	return err
 }
 
 func indent(s string) string {

@@ -148,7 +148,7 @@ func compilePolicy(p policy.Policy, m *metrics.Metrics) (*Policy, error) {
 			return nil, fmt.Errorf("rule %s: %w", r.Name, err)
 		}
 		quoted := strconv.Quote(r.Name) // rule names are DNS labels: a valid sf-string as is
-		window := ceilSeconds(lim.Window)
+		window := max(CeilSeconds(lim.Window), 1) // the draft's w is a positive integer
 		cp.Rules = append(cp.Rules, &Rule{
 			Policy:      cp,
 			Name:        r.Name,
@@ -183,10 +183,14 @@ func LocalShare(lim limiter.Limit, replicas int32) limiter.Limit {
 	return lim
 }
 
-// ceilSeconds is d in whole seconds, rounded up, at least 1: the draft's w is an integer.
-func ceilSeconds(d time.Duration) int64 {
-	s := int64((d + time.Second - 1) / time.Second)
-	return max(s, 1)
+// CeilSeconds is d in whole seconds, rounded up; 0 for d <= 0. Every second count the sidecar
+// sends (headers, body, the draft policy's w) is made with it, clamped by the caller where the
+// value must be at least 1.
+func CeilSeconds(d time.Duration) int64 {
+	if d <= 0 {
+		return 0
+	}
+	return int64((d + time.Second - 1) / time.Second)
 }
 
 // ParseLabels parses a downward API labels file: one `key="value"` per line, the value a Go

@@ -173,3 +173,19 @@ func FuzzParseLabels(f *testing.F) {
 		}
 	})
 }
+
+func TestCeilSeconds(t *testing.T) {
+	for d, want := range map[time.Duration]int64{
+		-time.Second:                    0,
+		0:                               0,
+		time.Nanosecond:                 1,
+		time.Second:                     1,
+		time.Second + time.Millisecond:  2,
+		time.Minute:                     60,
+		24*time.Hour - time.Millisecond: 86400,
+	} {
+		if got := CeilSeconds(d); got != want {
+			t.Errorf("CeilSeconds(%s) = %d, want %d", d, got, want)
+		}
+	}
+}

@@ -20,14 +20,6 @@ const (
 	hRetryAfter      = "Retry-After"
 )
 
-// ceilSeconds is d in whole seconds, rounded up; 0 for d <= 0.
-func ceilSeconds(d time.Duration) int64 {
-	if d <= 0 {
-		return 0
-	}
-	return int64((d + time.Second - 1) / time.Second)
-}
-
 // retryAfter is the Retry-After of a denial in seconds: RetryAfter rounded up and at least 1.
 // A request that can never pass (cost above capacity) gets the time to a full reset.
 func retryAfter(res limiter.Result) int64 {
@@ -35,7 +27,7 @@ func retryAfter(res limiter.Result) int64 {
 	if d < 0 {
 		d = res.ResetAfter
 	}
-	return max(ceilSeconds(d), 1)
+	return max(config.CeilSeconds(d), 1)
 }
 
 // setHeaders writes the rate-limit headers of rule's decision res in the rule's policy's
@@ -52,7 +44,7 @@ func setHeaders(h http.Header, rule *config.Rule, res limiter.Result) {
 	if !p.Draft && !p.Legacy {
 		return
 	}
-	reset := ceilSeconds(res.ResetAfter)
+	reset := config.CeilSeconds(res.ResetAfter)
 	shared := res.Limit == rule.Limit.Capacity()
 
 	var scratch [160]byte
@@ -65,7 +57,7 @@ func setHeaders(h http.Header, rule *config.Rule, res limiter.Result) {
 			buf = append(buf, ";q="...)
 			buf = strconv.AppendInt(buf, res.Limit, 10)
 			buf = append(buf, ";w="...)
-			buf = strconv.AppendInt(buf, max(ceilSeconds(rule.Limit.Window), 1), 10)
+			buf = strconv.AppendInt(buf, max(config.CeilSeconds(rule.Limit.Window), 1), 10)
 			policyV.end = len(buf)
 		}
 		rateV.start = len(buf)
@@ -150,7 +142,7 @@ func (h *Handler) writeDenied(w http.ResponseWriter, rule *config.Rule, res limi
 		RetryAfter: retry,
 		Limit:      res.Limit,
 		Remaining:  0,
-		ResetAt:    now.Add(time.Duration(ceilSeconds(res.ResetAfter)) * time.Second).UTC().Truncate(time.Second).Format(time.RFC3339),
+		ResetAt:    now.Add(time.Duration(config.CeilSeconds(res.ResetAfter)) * time.Second).UTC().Truncate(time.Second).Format(time.RFC3339),
 		Policy:     rule.Policy.Name,
 		Rule:       rule.Name,
 	})

@@ -16,14 +16,14 @@ import (
 // reference the optimized version must match byte for byte.
 func setHeadersPlain(h http.Header, rule *config.Rule, res limiter.Result) {
 	p := rule.Policy
-	reset := strconv.FormatInt(ceilSeconds(res.ResetAfter), 10)
+	reset := strconv.FormatInt(config.CeilSeconds(res.ResetAfter), 10)
 	remaining := strconv.FormatInt(res.Remaining, 10)
 	if p.Draft {
 		if res.Limit == rule.Limit.Capacity() {
 			h.Set("RateLimit-Policy", rule.DraftPolicy)
 		} else {
 			h.Set("RateLimit-Policy", rule.Quoted+";q="+strconv.FormatInt(res.Limit, 10)+";w="+
-				strconv.FormatInt(max(ceilSeconds(rule.Limit.Window), 1), 10))
+				strconv.FormatInt(max(config.CeilSeconds(rule.Limit.Window), 1), 10))
 		}
 		h.Set("RateLimit", rule.Quoted+";r="+remaining+";t="+reset)
 	}
@@ -43,7 +43,7 @@ func TestSetHeadersMatchesPlain(t *testing.T) {
 			p := &config.Policy{Name: "p", Draft: style.draft, Legacy: style.legacy}
 			rule := &config.Rule{
 				Policy: p, Name: name, Limit: lim, Quoted: quoted,
-				DraftPolicy: quoted + ";q=100;w=" + strconv.FormatInt(max(ceilSeconds(window), 1), 10),
+				DraftPolicy: quoted + ";q=100;w=" + strconv.FormatInt(max(config.CeilSeconds(window), 1), 10),
 				LimitValue:  "100",
 			}
 			for _, res := range []limiter.Result{

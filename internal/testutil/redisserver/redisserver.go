@@ -124,22 +124,18 @@ func (s *Server) URL() string { return "redis://" + s.Addr() + "/0" }
 
 // Stop shuts the server down gracefully (SIGTERM) and waits for it to exit. A paused server is
 // resumed first so it can see the signal. Stopping a stopped server does nothing.
-func (s *Server) Stop() error {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if err := s.stopLocked(syscall.SIGTERM); err != nil {
-		return fmt.Errorf("redisserver: stopping %s: %w", s.Addr(), err)
-	}
-	return nil
-}
+func (s *Server) Stop() error { return s.stop(syscall.SIGTERM, "stopping") }
 
 // Kill ends the server with SIGKILL and waits for it to exit: clients see connections reset
 // and new connections refused.
-func (s *Server) Kill() error {
+func (s *Server) Kill() error { return s.stop(syscall.SIGKILL, "killing") }
+
+// stop sends sig and waits for the server to exit; doing names the act in an error.
+func (s *Server) stop(sig syscall.Signal, doing string) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if err := s.stopLocked(syscall.SIGKILL); err != nil {
-		return fmt.Errorf("redisserver: killing %s: %w", s.Addr(), err)
+	if err := s.stopLocked(sig); err != nil {
+		return fmt.Errorf("redisserver: %s %s: %w", doing, s.Addr(), err)
 	}
 	return nil
 }
