@@ -147,7 +147,7 @@ func compilePolicy(p policy.Policy, m *metrics.Metrics) (*Policy, error) {
 		if err := lim.Validate(); err != nil {
 			return nil, fmt.Errorf("rule %s: %w", r.Name, err)
 		}
-		quoted := strconv.Quote(r.Name) // rule names are DNS labels: a valid sf-string as is
+		quoted := strconv.Quote(r.Name)           // rule names are DNS labels: a valid sf-string as is
 		window := max(CeilSeconds(lim.Window), 1) // the draft's w is a positive integer
 		cp.Rules = append(cp.Rules, &Rule{
 			Policy:      cp,
