@@ -209,7 +209,7 @@ func openStore(name, redisURL string) (limiter.Store, func(), error) {
 		}
 		store := redisstore.New(client, redisstore.Options{
 			Prefix:  fmt.Sprintf("sluicectl-simulate-%d", time.Now().UnixNano()),
-			Timeout: 5 * time.Second,
+			Timeout: 5 * time.Second, ExplicitTime: true,
 		})
 		return store, func() { _ = store.Close(); _ = client.Close() }, nil
 	default:
