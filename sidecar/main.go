@@ -24,6 +24,7 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+	"k8s.io/utils/clock"
 
 	"github.com/sluice-dev/sluice/internal/limiter"
 	"github.com/sluice-dev/sluice/internal/limiter/redisstore"
@@ -104,8 +105,7 @@ func run() error {
 			return fmt.Errorf("--redis-url: %w", err)
 		}
 		defer func() { _ = client.Close() }()
-		ro := redisstore.DefaultOptions()
-		ro.Timeout = *redisTimeout
+		ro := redisstore.Options{Timeout: *redisTimeout}
 		if err := ro.Validate(); err != nil {
 			return err
 		}
@@ -131,7 +131,7 @@ func run() error {
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
 	defer stop()
 	go func() { _ = loader.Run(ctx) }()
-	go sweep(ctx, opts.Local.(*limiter.MemoryStore))
+	go sweep(ctx, clock.RealClock{}, opts.Local.(*limiter.MemoryStore))
 
 	var draining atomic.Bool
 	ready := func() error {
@@ -213,14 +213,14 @@ func envDefaults(fs *flag.FlagSet) error {
 	return errors.Join(errs...)
 }
 
-func sweep(ctx context.Context, m *limiter.MemoryStore) {
-	t := time.NewTicker(30 * time.Second)
+func sweep(ctx context.Context, clk clock.WithTicker, m *limiter.MemoryStore) {
+	t := clk.NewTicker(30 * time.Second)
 	defer t.Stop()
 	for {
 		select {
 		case <-ctx.Done():
 			return
-		case now := <-t.C:
+		case now := <-t.C():
 			m.Sweep(now)
 		}
 	}

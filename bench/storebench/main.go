@@ -81,9 +81,7 @@ func run() error {
 	// mostly denied and many callers mostly admitted; both paths are measured.
 	for _, lim := range limiter.Variants(1000, time.Second, 0, time.Second) {
 		for _, c := range callers {
-			opts := redisstore.DefaultOptions()
-			opts.Prefix = fmt.Sprintf("bench-%s-%s-%d", runID, tag(lim), c)
-			opts.Timeout = time.Second
+			opts := redisstore.Options{Prefix: fmt.Sprintf("bench-%s-%s-%d", runID, tag(lim), c), Timeout: time.Second}
 			s := redisstore.New(client, opts)
 			rate, admitted, err := measure(c, *warmup, *dur, func(caller int) (bool, error) {
 				r, err := s.Take(ctx, "client-"+strconv.Itoa(caller), lim, 1, time.Time{})
@@ -113,7 +111,7 @@ func run() error {
 		// live at least ExplicitTimeMinTTL. With server time a bucket's key expires when it has
 		// refilled (600 ms here), before all keys are written.
 		for _, lim := range limiter.Variants(100, time.Minute, 0, time.Minute) {
-			s := redisstore.New(client, redisstore.Options{Prefix: fmt.Sprintf("mem-%s-%s", runID, tag(lim)), Timeout: time.Second})
+			s := redisstore.New(client, redisstore.Options{Prefix: fmt.Sprintf("mem-%s-%s", runID, tag(lim)), Timeout: time.Second, ExplicitTime: true})
 			before, err := usedMemory(ctx, client)
 			if err != nil {
 				return err

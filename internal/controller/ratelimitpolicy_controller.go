@@ -21,6 +21,7 @@ import (
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/builder"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 	"sigs.k8s.io/controller-runtime/pkg/event"
 	"sigs.k8s.io/controller-runtime/pkg/handler"
 	logf "sigs.k8s.io/controller-runtime/pkg/log"
@@ -92,64 +93,52 @@ func (r *RateLimitPolicyReconciler) Reconcile(ctx context.Context, req ctrl.Requ
 // writeConfigMap makes the namespace's ConfigMap hold doc, owned by every live policy, and
 // deletes it when no policy is left. It writes only when something differs.
 func (r *RateLimitPolicyReconciler) writeConfigMap(ctx context.Context, doc *policy.Document, policies []v1alpha1.RateLimitPolicy) (changed bool, hash string, err error) {
-	key := types.NamespacedName{Namespace: doc.Namespace, Name: policy.ConfigMapName}
-	var current corev1.ConfigMap
-	exists := true
-	if err := r.Get(ctx, key, &current); apierrors.IsNotFound(err) {
-		exists = false
-	} else if err != nil {
-		return false, "", err
-	}
-
-	var owners []metav1.OwnerReference
-	for _, p := range policies {
-		if p.DeletionTimestamp.IsZero() {
-			owners = append(owners, metav1.OwnerReference{
-				APIVersion: v1alpha1.GroupVersion.String(), Kind: "RateLimitPolicy", Name: p.Name, UID: p.UID,
-			})
+	cm := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: doc.Namespace, Name: policy.ConfigMapName}}
+	var owners []*v1alpha1.RateLimitPolicy
+	for i := range policies {
+		if policies[i].DeletionTimestamp.IsZero() {
+			owners = append(owners, &policies[i])
 		}
 	}
 	if len(owners) == 0 {
-		if !exists {
+		if err := r.Get(ctx, client.ObjectKeyFromObject(cm), cm); apierrors.IsNotFound(err) {
 			return false, "", nil
+		} else if err != nil {
+			return false, "", err
 		}
-		return true, "", client.IgnoreNotFound(r.Delete(ctx, &current))
+		return true, "", client.IgnoreNotFound(r.Delete(ctx, cm))
 	}
-	slices.SortFunc(owners, func(a, b metav1.OwnerReference) int { return strings.Compare(a.Name, b.Name) })
+	slices.SortFunc(owners, func(a, b *v1alpha1.RateLimitPolicy) int { return strings.Compare(a.Name, b.Name) })
 
 	data, err := policy.Marshal(doc)
 	if err != nil {
 		return false, "", err
 	}
 	hash = policy.Hash(data)
-	desired := current.DeepCopy()
-	desired.Namespace, desired.Name = key.Namespace, key.Name
-	if desired.Labels == nil {
-		desired.Labels = map[string]string{}
-	}
-	desired.Labels[ManagedByLabel] = ManagedByValue
-	if desired.Annotations == nil {
-		desired.Annotations = map[string]string{}
-	}
-	desired.Annotations[policy.HashAnnotation] = hash
-	desired.OwnerReferences = owners
-	desired.Data = map[string]string{policy.DataKey: string(data)}
-	desired.BinaryData = nil
-
-	switch {
-	case !exists:
-		err = r.Create(ctx, desired)
-	case reflect.DeepEqual(desired.Labels, current.Labels) && reflect.DeepEqual(desired.Annotations, current.Annotations) &&
-		reflect.DeepEqual(desired.OwnerReferences, current.OwnerReferences) && reflect.DeepEqual(desired.Data, current.Data) &&
-		current.BinaryData == nil:
-		return false, hash, nil
-	default:
-		err = r.Update(ctx, desired)
-	}
+	op, err := controllerutil.CreateOrUpdate(ctx, r.Client, cm, func() error {
+		if cm.Labels == nil {
+			cm.Labels = map[string]string{}
+		}
+		cm.Labels[ManagedByLabel] = ManagedByValue
+		if cm.Annotations == nil {
+			cm.Annotations = map[string]string{}
+		}
+		cm.Annotations[policy.HashAnnotation] = hash
+		// Exactly the live policies, sorted by name: a deleted policy's reference goes.
+		cm.OwnerReferences = nil
+		for _, p := range owners {
+			if err := controllerutil.SetOwnerReference(p, cm, r.Scheme()); err != nil {
+				return err
+			}
+		}
+		cm.Data = map[string]string{policy.DataKey: string(data)}
+		cm.BinaryData = nil
+		return nil
+	})
 	if err != nil {
-		return false, "", fmt.Errorf("writing ConfigMap %s: %w", key, err)
+		return false, "", fmt.Errorf("writing ConfigMap %s: %w", client.ObjectKeyFromObject(cm), err)
 	}
-	return true, hash, nil
+	return op != controllerutil.OperationResultNone, hash, nil
 }
 
 // updateStatus sets the policy's conditions from its verdict and patches the status once, and
@@ -312,6 +301,18 @@ func isReady(p *corev1.Pod) bool {
 	return false
 }
 
+// podUpdateMatters reports whether a pod update can change what Reconcile derives from the
+// pod: its readiness (the shares), labels (which policies select it), deletion, completion and
+// whether it asks for the sidecar without having it. Status churn such as restarts or probe
+// times is filtered out. An update of anything but a pod passes, to be safe.
+func podUpdateMatters(e event.UpdateEvent) bool {
+	oldPod, ok1 := e.ObjectOld.(*corev1.Pod)
+	newPod, ok2 := e.ObjectNew.(*corev1.Pod)
+	return !ok1 || !ok2 || isReady(oldPod) != isReady(newPod) || !reflect.DeepEqual(oldPod.Labels, newPod.Labels) ||
+		oldPod.DeletionTimestamp.IsZero() != newPod.DeletionTimestamp.IsZero() ||
+		webhook.Uninjected(oldPod) != webhook.Uninjected(newPod) || isDone(oldPod) != isDone(newPod)
+}
+
 // SetupWithManager watches what the rendering derives from: policies, pods (their labels and
 // readiness) and the rendered ConfigMaps, each mapped to its namespace's request.
 func (r *RateLimitPolicyReconciler) SetupWithManager(mgr ctrl.Manager) error {
@@ -321,18 +322,11 @@ func (r *RateLimitPolicyReconciler) SetupWithManager(mgr ctrl.Manager) error {
 	toNamespace := handler.EnqueueRequestsFromMapFunc(func(_ context.Context, o client.Object) []ctrl.Request {
 		return []ctrl.Request{{NamespacedName: types.NamespacedName{Namespace: o.GetNamespace(), Name: policy.ConfigMapName}}}
 	})
-	podChanged := predicate.Funcs{UpdateFunc: func(e event.UpdateEvent) bool {
-		oldPod, ok1 := e.ObjectOld.(*corev1.Pod)
-		newPod, ok2 := e.ObjectNew.(*corev1.Pod)
-		return !ok1 || !ok2 || isReady(oldPod) != isReady(newPod) || !reflect.DeepEqual(oldPod.Labels, newPod.Labels) ||
-			oldPod.DeletionTimestamp.IsZero() != newPod.DeletionTimestamp.IsZero() ||
-			webhook.Uninjected(oldPod) != webhook.Uninjected(newPod) || isDone(oldPod) != isDone(newPod)
-	}}
 	rendered := predicate.NewPredicateFuncs(func(o client.Object) bool { return o.GetName() == policy.ConfigMapName })
 	return ctrl.NewControllerManagedBy(mgr).
 		Named("ratelimitpolicy").
 		Watches(&v1alpha1.RateLimitPolicy{}, toNamespace).
-		Watches(&corev1.Pod{}, toNamespace, builder.WithPredicates(podChanged)).
+		Watches(&corev1.Pod{}, toNamespace, builder.WithPredicates(predicate.Funcs{UpdateFunc: podUpdateMatters})).
 		Watches(&corev1.ConfigMap{}, toNamespace, builder.WithPredicates(rendered)).
 		Complete(r)
 }

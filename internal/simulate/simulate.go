@@ -112,8 +112,9 @@ func OpenStore(name, redisURL string) (limiter.Store, func(), error) {
 			return nil, nil, err
 		}
 		store := redisstore.New(client, redisstore.Options{
-			Prefix:  fmt.Sprintf("sluicectl-simulate-%d", time.Now().UnixNano()),
-			Timeout: 5 * time.Second,
+			Prefix:       fmt.Sprintf("sluicectl-simulate-%d", time.Now().UnixNano()),
+			Timeout:      5 * time.Second,
+			ExplicitTime: true,
 		})
 		return store, func() { _ = store.Close(); _ = client.Close() }, nil
 	default:

@@ -8,6 +8,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"k8s.io/utils/clock"
 )
 
 // State is a breaker's state.
@@ -47,8 +49,8 @@ type Options struct {
 	Cooldown time.Duration
 	// MaxCooldown bounds the cooldown, which doubles each time a probe fails.
 	MaxCooldown time.Duration
-	// Now is the clock; time.Now when nil. Tests inject a fake one.
-	Now func() time.Time
+	// Clock times the cooldown; nil means the real clock. Tests inject a fake one.
+	Clock clock.PassiveClock
 	// OnTransition is called, with the breaker's lock held, on every state change. It must not
 	// call the breaker's Allow, Success, Failure or Release.
 	OnTransition func(from, to State, cooldown time.Duration)
@@ -78,8 +80,8 @@ func New(opts Options) *Breaker {
 	if opts.MaxCooldown < opts.Cooldown {
 		opts.MaxCooldown = max(DefaultMaxCooldown, opts.Cooldown)
 	}
-	if opts.Now == nil {
-		opts.Now = time.Now
+	if opts.Clock == nil {
+		opts.Clock = clock.RealClock{}
 	}
 	return &Breaker{opts: opts, cooldown: opts.Cooldown}
 }
@@ -102,7 +104,7 @@ func (b *Breaker) Allow() bool {
 	case Closed:
 		return true
 	case Open:
-		if b.opts.Now().Before(b.openUntil) {
+		if b.opts.Clock.Now().Before(b.openUntil) {
 			return false
 		}
 		b.setLocked(HalfOpen)
@@ -170,7 +172,7 @@ func (b *Breaker) Release() {
 
 func (b *Breaker) openLocked() {
 	b.fails.Store(0)
-	b.openUntil = b.opts.Now().Add(b.cooldown)
+	b.openUntil = b.opts.Clock.Now().Add(b.cooldown)
 	b.setLocked(Open)
 }
 

@@ -3,18 +3,15 @@ package breaker
 import (
 	"testing"
 	"time"
+
+	clocktesting "k8s.io/utils/clock/testing"
 )
 
-type clock struct{ t time.Time }
-
-func (c *clock) now() time.Time          { return c.t }
-func (c *clock) advance(d time.Duration) { c.t = c.t.Add(d) }
-
-func newTest(t *testing.T) (*Breaker, *clock, *[]string) {
+func newTest(t *testing.T) (*Breaker, *clocktesting.FakeClock, *[]string) {
 	t.Helper()
-	c := &clock{t: time.Date(2026, 2, 5, 0, 0, 0, 0, time.UTC)}
+	c := clocktesting.NewFakeClock(time.Date(2026, 2, 5, 0, 0, 0, 0, time.UTC))
 	var log []string
-	b := New(Options{Threshold: 3, Cooldown: time.Second, MaxCooldown: 4 * time.Second, Now: c.now,
+	b := New(Options{Threshold: 3, Cooldown: time.Second, MaxCooldown: 4 * time.Second, Clock: c,
 		OnTransition: func(from, to State, cd time.Duration) {
 			log = append(log, from.String()+">"+to.String()+"@"+cd.String())
 		}})
@@ -58,7 +55,7 @@ func TestHalfOpenLetsOneProbe(t *testing.T) {
 		b.Failure()
 	}
 	for _, s := range steps {
-		c.advance(s.advance)
+		c.Step(s.advance)
 		if !b.Allow() {
 			if s.name == "still open after 1.999s" {
 				continue
@@ -94,7 +91,7 @@ func TestHalfOpenLetsOneProbe(t *testing.T) {
 	for range 3 {
 		b.Failure()
 	}
-	c.advance(time.Second)
+	c.Step(time.Second)
 	if !b.Allow() {
 		t.Error("cooldown not reset to 1s after closing")
 	}
@@ -105,7 +102,7 @@ func TestReleaseLetsTheNextCallerProbe(t *testing.T) {
 	for range 3 {
 		b.Failure()
 	}
-	c.advance(time.Second)
+	c.Step(time.Second)
 	if !b.Allow() {
 		t.Fatal("no probe")
 	}
@@ -125,11 +122,11 @@ func TestLateOutcomesWhileOpenAreIgnored(t *testing.T) {
 	if b.State() != Open {
 		t.Fatalf("state %s, want open", b.State())
 	}
-	c.advance(999 * time.Millisecond)
+	c.Step(999 * time.Millisecond)
 	if b.Allow() {
 		t.Error("a late failure must not extend or shorten the cooldown; allowed early")
 	}
-	c.advance(time.Millisecond)
+	c.Step(time.Millisecond)
 	if !b.Allow() {
 		t.Error("no probe after the cooldown")
 	}

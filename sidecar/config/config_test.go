@@ -1,17 +1,20 @@
 package config
 
 import (
+	"context"
 	"fmt"
 	"io"
 	"log/slog"
 	"maps"
 	"os"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus/testutil"
+	clocktesting "k8s.io/utils/clock/testing"
 
 	"github.com/sluice-dev/sluice/internal/limiter"
 	"github.com/sluice-dev/sluice/internal/policy"
@@ -188,4 +191,39 @@ func TestCeilSeconds(t *testing.T) {
 			t.Errorf("CeilSeconds(%s) = %d, want %d", d, got, want)
 		}
 	}
+}
+
+// TestRunRechecksOnItsClock: a directory that does not exist when Run starts is not watched;
+// the periodic re-read, ticked by the loader's clock, finds the file written there later.
+func TestRunRechecksOnItsClock(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "late")
+	clk := clocktesting.NewFakeClock(time.Date(2026, 2, 5, 0, 0, 0, 0, time.UTC))
+	l := NewLoader(filepath.Join(dir, "policies.json"), "", map[string]string{"app": "test"}, metrics.New(), slog.New(slog.NewJSONHandler(io.Discard, nil)))
+	l.Recheck, l.Clock = time.Minute, clk
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { _ = l.Run(ctx); close(done) }()
+	t.Cleanup(func() { cancel(); <-done })
+
+	// Run loads, then starts its ticker: one waiter on the clock.
+	st.Eventually(t, 5*time.Second, func() error {
+		if n := clk.Waiters(); n != 1 || !l.Ready() {
+			return fmt.Errorf("%d waiters on the clock, ready %v; want the ticker and a first load", n, l.Ready())
+		}
+		return nil
+	})
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	doc := st.Doc(t, st.Policy("api", []policy.Rule{st.Rule("r", 10, time.Second)}))
+	if err := os.WriteFile(filepath.Join(dir, "policies.json"), doc, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	clk.Step(time.Minute)
+	st.Eventually(t, 5*time.Second, func() error {
+		if c := l.Current(); !c.Present || len(c.Policies) != 1 {
+			return fmt.Errorf("present %v, %d policies after the re-read", c.Present, len(c.Policies))
+		}
+		return nil
+	})
 }

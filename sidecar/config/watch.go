@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/fsnotify/fsnotify"
+	"k8s.io/utils/clock"
 
 	"github.com/sluice-dev/sluice/internal/policy"
 	"github.com/sluice-dev/sluice/sidecar/metrics"
@@ -42,6 +43,8 @@ type Loader struct {
 	Labels map[string]string
 	// Recheck is the period of the re-read that backs up file events.
 	Recheck time.Duration
+	// Clock ticks the re-read; nil means the real clock.
+	Clock   clock.WithTicker
 	Metrics *metrics.Metrics
 	Log     *slog.Logger
 
@@ -190,7 +193,11 @@ func (l *Loader) Run(ctx context.Context) error {
 		}
 	}
 	_ = l.Load()
-	tick := time.NewTicker(l.recheck())
+	clk := l.Clock
+	if clk == nil {
+		clk = clock.RealClock{}
+	}
+	tick := clk.NewTicker(l.recheck())
 	defer tick.Stop()
 	for {
 		select {
@@ -214,7 +221,7 @@ func (l *Loader) Run(ctx context.Context) error {
 				return nil
 			}
 			l.Log.Warn("Configuration watch error; relying on periodic re-reads", "error", err)
-		case <-tick.C:
+		case <-tick.C():
 			for _, d := range dirs {
 				_ = w.Add(d) // re-adding a watched directory is a no-op; this picks up late ones
 			}

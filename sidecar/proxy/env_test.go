@@ -10,6 +10,7 @@ import (
 	"net/http/httptest"
 	"net/url"
 	"os"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -17,6 +18,7 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus/testutil"
+	clocktesting "k8s.io/utils/clock/testing"
 
 	"github.com/sluice-dev/sluice/internal/limiter"
 	"github.com/sluice-dev/sluice/internal/limiter/redisstore"
@@ -34,7 +36,8 @@ type env struct {
 	up      *httptest.Server
 	hits    atomic.Int64
 	mu      sync.Mutex
-	arrived []time.Time // when the upstream saw each request
+	clock   *clocktesting.FakeClock // envOpt.clock
+	arrived []time.Time             // when the upstream saw each request, on clock if set
 	redis   *redisserver.TestServer
 	vol     *sidecartest.AtomicDir
 	loader  *config.Loader
@@ -50,11 +53,14 @@ type envOpt struct {
 	watch    bool // run the loader's watch loop (file events only: the re-check is an hour)
 	cooldown time.Duration
 	timeout  time.Duration
+	// clock, when set, is the handler's clock, and Redis decides at its instants (explicit
+	// time) rather than at the server's.
+	clock *clocktesting.FakeClock
 }
 
 func newEnv(t *testing.T, doc []byte, o envOpt) *env {
 	t.Helper()
-	e := &env{t: t, m: metrics.New()}
+	e := &env{t: t, m: metrics.New(), clock: o.clock}
 	e.up = httptest.NewServer(http.HandlerFunc(e.upstream))
 	t.Cleanup(e.up.Close)
 	e.vol = sidecartest.NewAtomicDir(t)
@@ -84,6 +90,9 @@ func newEnv(t *testing.T, doc []byte, o envOpt) *env {
 		Metrics:  e.m,
 		Log:      log,
 	}
+	if o.clock != nil {
+		opts.Clock = o.clock
+	}
 	if !o.noRedis {
 		e.redis = redisserver.StartTest(t)
 		client, err := redisstore.NewClientFromURL(e.redis.URL())
@@ -91,8 +100,7 @@ func newEnv(t *testing.T, doc []byte, o envOpt) *env {
 			t.Fatal(err)
 		}
 		t.Cleanup(func() { _ = client.Close() })
-		ro := redisstore.DefaultOptions()
-		ro.Timeout = cmp(o.timeout, 50*time.Millisecond)
+		ro := redisstore.Options{Timeout: cmp(o.timeout, 50*time.Millisecond), ExplicitTime: o.clock != nil}
 		store := redisstore.New(client, ro)
 		t.Cleanup(func() { _ = store.Close() })
 		opts.Remote = store
@@ -121,7 +129,11 @@ func cmp(d, def time.Duration) time.Duration {
 func (e *env) upstream(w http.ResponseWriter, r *http.Request) {
 	e.hits.Add(1)
 	e.mu.Lock()
-	e.arrived = append(e.arrived, time.Now())
+	at := time.Now()
+	if e.clock != nil {
+		at = e.clock.Now()
+	}
+	e.arrived = append(e.arrived, at)
 	e.mu.Unlock()
 	switch r.URL.Path {
 	case "/ws":
@@ -153,6 +165,13 @@ func (e *env) upstream(w http.ResponseWriter, r *http.Request) {
 	}
 	w.Header().Set("X-Upstream-Xff", r.Header.Get("X-Forwarded-For"))
 	_, _ = io.WriteString(w, "ok")
+}
+
+// arrivals returns when the upstream saw each request so far.
+func (e *env) arrivals() []time.Time {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return slices.Clone(e.arrived)
 }
 
 // do sends a request and returns the response with its body read.

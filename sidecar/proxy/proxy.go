@@ -15,6 +15,8 @@ import (
 	"sync"
 	"time"
 
+	"k8s.io/utils/clock"
+
 	"github.com/sluice-dev/sluice/internal/limiter"
 	"github.com/sluice-dev/sluice/internal/limiter/redisstore"
 	"github.com/sluice-dev/sluice/sidecar/breaker"
@@ -39,16 +41,16 @@ type Options struct {
 	Log     *slog.Logger
 	// Transport overrides the upstream transport (NewTransport by default).
 	Transport http.RoundTripper
-	// Now is the clock for reset_at and local decisions; time.Now when nil.
-	Now func() time.Time
+	// Clock gives each request its decision time (for the local store, explicit-time Redis
+	// and reset_at), times a queued request's delay and the decision latency; nil means the
+	// real clock.
+	Clock clock.Clock
 }
 
 // Handler is the sidecar's http.Handler. Safe for concurrent use.
 type Handler struct {
 	opts  Options
 	proxy *httputil.ReverseProxy
-	// now is Options.Now; nil when that is time.Now, so that a request reads the clock once.
-	now func() time.Time
 }
 
 // NewTransport returns the upstream transport: HTTP/1.1 keep-alive with a pool sized for a
@@ -83,9 +85,9 @@ func newBufferPool() *bufferPool {
 
 // New returns a Handler.
 func New(opts Options) *Handler {
-	h := &Handler{now: opts.Now}
-	if opts.Now == nil {
-		opts.Now = time.Now
+	h := &Handler{}
+	if opts.Clock == nil {
+		opts.Clock = clock.RealClock{}
 	}
 	if opts.Transport == nil {
 		opts.Transport = NewTransport()
@@ -162,11 +164,7 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		h.proxy.ServeHTTP(w, r)
 		return
 	}
-	start := time.Now()
-	now := start
-	if h.now != nil {
-		now = h.now()
-	}
+	now := h.opts.Clock.Now()
 	ctx := r.Context()
 	req := keys.NewRequest(r)
 	var kb [256]byte
@@ -182,7 +180,7 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			case skipped:
 				continue
 			case unavailable:
-				h.opts.Metrics.DecisionSeconds.Observe(time.Since(start).Seconds())
+				h.opts.Metrics.DecisionSeconds.Observe(h.opts.Clock.Since(now).Seconds())
 				writeUnavailable(w, p)
 				return
 			case canceled:
@@ -199,16 +197,16 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			v.add(rule, res)
 		}
 	}
-	h.opts.Metrics.DecisionSeconds.Observe(time.Since(start).Seconds())
+	h.opts.Metrics.DecisionSeconds.Observe(h.opts.Clock.Since(now).Seconds())
 	if v.denied {
 		h.writeDenied(w, v.show, v.showRes, now)
 		return
 	}
 	if v.delay > 0 {
 		h.opts.Metrics.QueueDelaySeconds.Observe(v.delay.Seconds())
-		t := time.NewTimer(v.delay)
+		t := h.opts.Clock.NewTimer(v.delay)
 		select {
-		case <-t.C:
+		case <-t.C():
 		case <-ctx.Done():
 			t.Stop()
 			h.opts.Metrics.QueueAbandoned.Inc()

@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus/testutil"
+	clocktesting "k8s.io/utils/clock/testing"
 
 	"github.com/sluice-dev/sluice/internal/policy"
 	st "github.com/sluice-dev/sluice/sidecar/internal/sidecartest"
@@ -290,14 +291,22 @@ func TestMissingKeyPartsShareOneKey(t *testing.T) {
 	}
 }
 
+// TestQueueSpacesRequests: requests queued at one instant start spacing apart on the handler's
+// clock. The clock is fake and Redis decides at its instants, so each request's delay is exact
+// (0, spacing, 2*spacing, ...) and the test can check that none starts a millisecond early.
 func TestQueueSpacesRequests(t *testing.T) {
 	const spacing = 50 * time.Millisecond
 	doc := st.Doc(t, st.Policy("api", []policy.Rule{st.Rule("queue", 1, spacing, func(r *policy.Rule) {
 		r.Algorithm, r.Burst, r.LeakyMode, r.MaxDelayMs = "LeakyBucket", 10, "Queue", 1000
 	})}))
-	e := newEnv(t, doc, envOpt{})
+	t0 := time.Date(2026, 2, 5, 0, 0, 0, 0, time.UTC)
+	clk := clocktesting.NewFakeClock(t0)
+	// A generous Redis budget: a timeout would decide that request locally, without the queue.
+	e := newEnv(t, doc, envOpt{clock: clk, timeout: 5 * time.Second})
 	const n = 6
 	var wg sync.WaitGroup
+	// On failure, release what is still queued, or closing the server would wait for it.
+	t.Cleanup(func() { clk.Step(time.Hour); wg.Wait() })
 	codes := make([]int, n)
 	for i := range n {
 		wg.Add(1)
@@ -307,23 +316,43 @@ func TestQueueSpacesRequests(t *testing.T) {
 			codes[i] = resp.StatusCode
 		}()
 	}
+	// passed waits until the upstream has seen want requests.
+	passed := func(want int) {
+		t.Helper()
+		st.Eventually(t, 5*time.Second, func() error {
+			if got := len(e.arrivals()); got != want {
+				return fmt.Errorf("upstream saw %d requests, want %d (%d queued)", got, want, clk.Waiters())
+			}
+			return nil
+		})
+	}
+	// All are decided at t0: the first passes at once, the others wait on the clock's timers.
+	st.Eventually(t, 5*time.Second, func() error {
+		if got := clk.Waiters(); got != n-1 {
+			return fmt.Errorf("%d requests queued, want %d", got, n-1)
+		}
+		return nil
+	})
+	passed(1)
+	for i := 1; i < n; i++ {
+		clk.Step(spacing - time.Millisecond)
+		if got := clk.Waiters(); got != n-i {
+			t.Fatalf("at t0+%s: %d requests queued, want %d: one started early", clk.Since(t0), got, n-i)
+		}
+		clk.Step(time.Millisecond)
+		if got := clk.Waiters(); got != n-i-1 {
+			t.Fatalf("at t0+%s: %d requests queued, want %d", clk.Since(t0), got, n-i-1)
+		}
+		passed(i + 1)
+	}
 	wg.Wait()
 	if count(codes, 200) != n {
 		t.Fatalf("codes %v, want all admitted", codes)
 	}
-	e.mu.Lock()
-	arrived := slices.Clone(e.arrived)
-	e.mu.Unlock()
-	slices.SortFunc(arrived, func(a, b time.Time) int { return a.Compare(b) })
-	for i := 1; i < len(arrived); i++ {
-		// Each request waits for the queue ahead of it; timers fire late, never early, so the
-		// gaps can shrink only by the jitter of when each decision was made (well under 10ms).
-		if gap := arrived[i].Sub(arrived[i-1]); gap < spacing-10*time.Millisecond {
-			t.Errorf("gap %d = %s, want about %s", i, gap, spacing)
+	for i, at := range e.arrivals() {
+		if want := t0.Add(time.Duration(i) * spacing); !at.Equal(want) {
+			t.Errorf("request %d reached the upstream at t0+%s, want t0+%s", i, at.Sub(t0), want.Sub(t0))
 		}
-	}
-	if span := arrived[n-1].Sub(arrived[0]); span < (n-1)*spacing-10*time.Millisecond {
-		t.Errorf("span %s, want at least %s", span, (n-1)*spacing)
 	}
 	if got := testutil.CollectAndCount(e.m.QueueDelaySeconds); got != 1 {
 		t.Errorf("queue delay histogram series = %d", got)

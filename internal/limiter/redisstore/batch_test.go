@@ -9,6 +9,8 @@ import (
 	"testing"
 	"time"
 
+	"k8s.io/apimachinery/pkg/util/wait"
+
 	"github.com/sluice-dev/sluice/internal/limiter"
 	"github.com/sluice-dev/sluice/internal/testutil/redisserver"
 )
@@ -18,7 +20,7 @@ import (
 func TestSingleNodeClientBatches(t *testing.T) {
 	const goroutines, each = 64, 25
 	srv := redisserver.StartTest(t)
-	s := newStore(t, newClient(t, srv.URL()), Options{Prefix: freshPrefix("batch"), Timeout: testTimeout})
+	s := newStore(t, newClient(t, srv.URL()), Options{Prefix: freshPrefix("batch"), Timeout: testTimeout, ExplicitTime: true})
 	if s.batch == nil {
 		t.Fatal("a single-node client's Store has no batcher")
 	}
@@ -37,7 +39,7 @@ func TestSingleNodeClientBatches(t *testing.T) {
 func TestNoScriptMidBatch(t *testing.T) {
 	const goroutines, each = 32, 20
 	srv := redisserver.StartTest(t)
-	s := newStore(t, newClient(t, srv.URL()), Options{Prefix: freshPrefix("noscript"), Timeout: testTimeout})
+	s := newStore(t, newClient(t, srv.URL()), Options{Prefix: freshPrefix("noscript"), Timeout: testTimeout, ExplicitTime: true})
 	fw := limiter.Limit{Algorithm: limiter.FixedWindow, Limit: 200, Window: time.Minute}
 	tb := limiter.Limit{Algorithm: limiter.TokenBucket, Limit: 200, Window: limiter.MaxWindow}
 	now := func() time.Time { return at(0) }
@@ -86,7 +88,7 @@ func TestPausedRedisFailsEveryWaitingCaller(t *testing.T) {
 	const callers = senders*maxBatch + 100
 	srv := redisserver.StartTest(t)
 	client := newClient(t, srv.URL())
-	s := newStore(t, client, Options{Timeout: failureBudget, ServerTime: true})
+	s := newStore(t, client, Options{Timeout: failureBudget})
 	lim := limiter.Limit{Algorithm: limiter.FixedWindow, Limit: 1000, Window: time.Hour}
 	mustTake(t, s, "k", lim, 1, time.Time{})
 	srv.Pause()
@@ -122,7 +124,7 @@ func TestPausedRedisFailsEveryWaitingCaller(t *testing.T) {
 		callers, failureBudget, elapsed[0], elapsed[callers/2], elapsed[callers*99/100], elapsed[callers-1])
 
 	srv.Resume()
-	if r := mustTake(t, newStore(t, client, Options{Timeout: testTimeout, ServerTime: true}), "k", lim, 1, time.Time{}); !r.Allowed {
+	if r := mustTake(t, newStore(t, client, Options{Timeout: testTimeout}), "k", lim, 1, time.Time{}); !r.Allowed {
 		t.Fatalf("after resume: %+v", r)
 	}
 }
@@ -134,12 +136,12 @@ func TestCloseStopsTheBatcher(t *testing.T) {
 	client := newClient(t, srv.URL())
 	lim := limiter.Limit{Algorithm: limiter.FixedWindow, Limit: 1000, Window: time.Hour}
 	// Warm the client's pool, whose goroutines are the client's, not the Store's.
-	warm := newWithSenders(client, Options{ServerTime: true}, 0)
+	warm := newWithSenders(client, Options{}, 0)
 	mustTake(t, warm, "k", lim, 1, time.Time{})
 	before := runtime.NumGoroutine()
 
 	const budget = time.Second
-	s := New(client, Options{ServerTime: true, Timeout: budget})
+	s := New(client, Options{Timeout: budget})
 	takeConcurrently(t, s, "k", lim, 8, 10, time.Now)
 	if during := runtime.NumGoroutine(); during < before+senders {
 		t.Fatalf("%d goroutines with the Store open, %d before: where are the %d senders?", during, before, senders)
@@ -175,9 +177,10 @@ func TestCloseStopsTheBatcher(t *testing.T) {
 	t.Logf("Close with a pipeline in flight took %s (budget %s)", closed, budget)
 	// The caller's goroutine above may not have exited yet; give it a moment, no more.
 	after := runtime.NumGoroutine()
-	for deadline := time.Now().Add(time.Second); after > before && time.Now().Before(deadline); after = runtime.NumGoroutine() {
-		runtime.Gosched()
-	}
+	_ = wait.PollUntilContextTimeout(t.Context(), time.Millisecond, time.Second, true, func(context.Context) (bool, error) {
+		after = runtime.NumGoroutine()
+		return after <= before, nil
+	})
 	if after > before {
 		t.Errorf("%d goroutines after Close, %d before the Store", after, before)
 	}

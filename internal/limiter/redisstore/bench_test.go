@@ -87,7 +87,7 @@ func BenchmarkTake(b *testing.B) {
 			}
 			for _, lim := range limiter.Variants(1000, time.Second, 0, time.Second) {
 				b.Run("callers="+strconv.Itoa(callers)+"/"+mode+"/"+lim.Name(), func(b *testing.B) {
-					s := newWithSenders(newClient(b, url), Options{Prefix: freshPrefix("bench"), ServerTime: true, Timeout: testTimeout}, n)
+					s := newWithSenders(newClient(b, url), Options{Prefix: freshPrefix("bench"), Timeout: testTimeout}, n)
 					b.Cleanup(func() { _ = s.Close() })
 					runCallers(b, callers, func(ctx context.Context, key string) error {
 						_, err := s.Take(ctx, key, lim, 1, time.Time{})

@@ -16,7 +16,7 @@ func TestCluster(t *testing.T) {
 	c := redisserver.StartCluster(t, 3)
 	addrs := c.Addrs()
 	client := newClient(t, "redis+cluster://"+addrs[0]+"?addr="+addrs[1]+"&addr="+addrs[2])
-	rs := newStore(t, client, Options{Prefix: freshPrefix("cluster"), Timeout: testTimeout})
+	rs := newStore(t, client, Options{Prefix: freshPrefix("cluster"), Timeout: testTimeout, ExplicitTime: true})
 	ms := limiter.NewMemoryStore(limiter.MemoryStoreOptions{})
 	if rs.batch != nil {
 		t.Fatal("a cluster client's Store batches; a hung master would hold back every node's decisions")

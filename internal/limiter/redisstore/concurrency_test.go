@@ -67,7 +67,7 @@ func TestConcurrentCallersAdmitExactlyTheLimit(t *testing.T) {
 	client := newClient(t, srv.URL())
 	for _, lim := range limiter.Variants(300, time.Minute, 0, limiter.MaxWindow) {
 		t.Run(lim.Name(), func(t *testing.T) {
-			s := newStore(t, client, Options{Prefix: freshPrefix("conc"), Timeout: testTimeout})
+			s := newStore(t, client, Options{Prefix: freshPrefix("conc"), Timeout: testTimeout, ExplicitTime: true})
 			admitted := takeConcurrently(t, s, "hot", lim, goroutines, each, func() time.Time { return at(0) })
 			checkExactlyCapacity(t, lim, admitted)
 		})
@@ -94,7 +94,7 @@ func TestConcurrentCallersServerTime(t *testing.T) {
 		{Algorithm: limiter.TokenBucket, Limit: 300, Window: 24 * time.Hour},
 	} {
 		t.Run(lim.Name(), func(t *testing.T) {
-			s := newStore(t, client, Options{Prefix: freshPrefix("conc-st"), Timeout: testTimeout, ServerTime: true})
+			s := newStore(t, client, Options{Prefix: freshPrefix("conc-st"), Timeout: testTimeout})
 			before := serverMs()
 			admitted := takeConcurrently(t, s, "hot", lim, goroutines, each, time.Now)
 			after := serverMs()
@@ -107,8 +107,8 @@ func TestConcurrentCallersServerTime(t *testing.T) {
 }
 
 // TestSkewedClocksShareOneLimit: two clients whose own clocks are 7 s apart share one limit
-// exactly with ServerTime; with explicit time, B's clock ahead refills the bucket A emptied and
-// lets 7 more through, which is why production uses ServerTime.
+// exactly with server time; with explicit time, B's clock ahead refills the bucket A emptied and
+// lets 7 more through, which is why production uses server time.
 func TestSkewedClocksShareOneLimit(t *testing.T) {
 	srv := redisserver.StartTest(t)
 	const skew = 7 * time.Second
@@ -116,8 +116,8 @@ func TestSkewedClocksShareOneLimit(t *testing.T) {
 	run := func(serverTime bool) int {
 		prefix := freshPrefix("skew")
 		// Separate clients, as two pods would have.
-		a := newStore(t, newClient(t, srv.URL()), Options{Prefix: prefix, Timeout: testTimeout, ServerTime: serverTime})
-		b := newStore(t, newClient(t, srv.URL()), Options{Prefix: prefix, Timeout: testTimeout, ServerTime: serverTime})
+		a := newStore(t, newClient(t, srv.URL()), Options{Prefix: prefix, Timeout: testTimeout, ExplicitTime: !serverTime})
+		b := newStore(t, newClient(t, srv.URL()), Options{Prefix: prefix, Timeout: testTimeout, ExplicitTime: !serverTime})
 		base := time.Now()
 		admitted := 0
 		for i := range 40 {
@@ -133,7 +133,7 @@ func TestSkewedClocksShareOneLimit(t *testing.T) {
 	}
 	// The test takes milliseconds; at 1 token per second at most one more could refill.
 	if got := run(true); got < 10 || got > 11 {
-		t.Errorf("ServerTime: %d of 40 admitted across skewed clients, want 10 (11 if a token refilled)", got)
+		t.Errorf("server time: %d of 40 admitted across skewed clients, want 10 (11 if a token refilled)", got)
 	}
 	if got := run(false); got != 17 {
 		t.Errorf("explicit skewed time: %d admitted; expected 10 + 7 tokens refilled by the skew", got)

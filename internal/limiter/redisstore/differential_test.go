@@ -95,7 +95,7 @@ func TestDifferentialAgainstMemoryStore(t *testing.T) {
 			rng := rand.New(rand.NewPCG(20260205, uint64(i)))
 			for set := range sets {
 				lim := randomLimit(rng, base)
-				rs := newStore(t, client, Options{Prefix: freshPrefix("diff"), Timeout: testTimeout})
+				rs := newStore(t, client, Options{Prefix: freshPrefix("diff"), Timeout: testTimeout, ExplicitTime: true})
 				ms := limiter.NewMemoryStore(limiter.MemoryStoreOptions{})
 				keys := []string{"a", "b", "c"}[:1+rng.IntN(3)]
 				now := t0 + rng.Int64N(lim.WindowMs())
@@ -127,7 +127,7 @@ func TestDifferentialAgainstMemoryStore(t *testing.T) {
 // drops expired entries and walks the log for RetryAfter over several LRANGE chunks.
 func TestDifferentialLongLog(t *testing.T) {
 	srv := redisserver.StartTest(t)
-	rs := newStore(t, newClient(t, srv.URL()), Options{Prefix: freshPrefix("longlog"), Timeout: testTimeout})
+	rs := newStore(t, newClient(t, srv.URL()), Options{Prefix: freshPrefix("longlog"), Timeout: testTimeout, ExplicitTime: true})
 	ms := limiter.NewMemoryStore(limiter.MemoryStoreOptions{})
 	lim := limiter.Limit{Algorithm: limiter.SlidingWindowLog, Limit: limiter.MaxLogLimit, Window: 10 * time.Second}
 	rng := rand.New(rand.NewPCG(1, 2))

@@ -4,8 +4,8 @@
 // Each decision is one EVALSHA of the algorithm's Lua script, which reads the key's state,
 // applies the same integer transition as package limiter (ported formula for formula; a
 // differential test against limiter.MemoryStore keeps them equal) and writes the state back with
-// a TTL, atomically. By default the script takes the time from Redis (TIME), so every client
-// shares one clock however far apart their own clocks are.
+// a TTL, atomically. By default (the zero Options) the script takes the time from Redis (TIME),
+// so every client shares one clock however far apart their own clocks are.
 //
 // Concurrent decisions share round trips: with a single-node or Sentinel client, the Store's
 // batcher sends the Takes waiting at that moment as one pipeline, without waiting for more (see
@@ -52,8 +52,8 @@
 //
 // Every write sets a TTL: with server time, the decision's ResetAfter, after which the state is
 // equivalent to an absent key; a state equivalent to an absent key is deleted rather than
-// written, and an unchanged one is not written again. With explicit time (Options.ServerTime
-// false) the instants are the caller's, unrelated to Redis's expiry clock, so every write sets a
+// written, and an unchanged one is not written again. With explicit time (Options.ExplicitTime)
+// the instants are the caller's, unrelated to Redis's expiry clock, so every write sets a
 // TTL of at least ExplicitTimeMinTTL.
 //
 // # Requirements

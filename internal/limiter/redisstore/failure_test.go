@@ -44,7 +44,7 @@ func failedTake(t *testing.T, s *Store, lim limiter.Limit, wantTimeout bool) tim
 // back to EVAL).
 func TestKilledRedisFailsFast(t *testing.T) {
 	srv := redisserver.StartTest(t)
-	s := newStore(t, newClient(t, srv.URL()), Options{Timeout: failureBudget, ServerTime: true})
+	s := newStore(t, newClient(t, srv.URL()), Options{Timeout: failureBudget})
 	for _, lim := range limiter.Variants(10, time.Second, 0, time.Second) {
 		mustTake(t, s, "k", lim, 1, time.Time{})
 	}
@@ -67,7 +67,7 @@ func TestKilledRedisFailsFast(t *testing.T) {
 func TestPausedRedisTimesOutWithinBudget(t *testing.T) {
 	srv := redisserver.StartTest(t)
 	client := newClient(t, srv.URL())
-	s := newStore(t, client, Options{Timeout: failureBudget, ServerTime: true})
+	s := newStore(t, client, Options{Timeout: failureBudget})
 	lim := limiter.Limit{Algorithm: limiter.FixedWindow, Limit: 1000, Window: time.Hour}
 	mustTake(t, s, "k", lim, 1, time.Time{})
 	srv.Pause()
@@ -79,7 +79,7 @@ func TestPausedRedisTimesOutWithinBudget(t *testing.T) {
 	srv.Resume()
 	// The requests that timed out may still run once Redis resumes: a timeout says "unknown",
 	// not "not counted". The store works again either way.
-	if r := mustTake(t, newStore(t, client, Options{Timeout: testTimeout, ServerTime: true}), "k", lim, 1, time.Time{}); !r.Allowed {
+	if r := mustTake(t, newStore(t, client, Options{Timeout: testTimeout}), "k", lim, 1, time.Time{}); !r.Allowed {
 		t.Fatalf("after resume: %+v", r)
 	}
 }
@@ -88,7 +88,7 @@ func TestPausedRedisTimesOutWithinBudget(t *testing.T) {
 // error must not trip a breaker that counts ErrUnavailable.
 func TestCallerCancelIsNotUnavailability(t *testing.T) {
 	srv := redisserver.StartTest(t)
-	s := newStore(t, newClient(t, srv.URL()), Options{ServerTime: true})
+	s := newStore(t, newClient(t, srv.URL()), Options{})
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
 	_, err := s.Take(ctx, "k", limiter.Limit{Algorithm: limiter.FixedWindow, Limit: 1, Window: time.Second}, 1, time.Time{})
@@ -101,7 +101,7 @@ func TestCallerCancelIsNotUnavailability(t *testing.T) {
 // without a round trip, never as ErrUnavailable.
 func TestInvalidArguments(t *testing.T) {
 	// A store whose Redis does not exist: any round trip would fail with ErrUnavailable.
-	s := newStore(t, newClient(t, "redis://127.0.0.1:1"), Options{})
+	s := newStore(t, newClient(t, "redis://127.0.0.1:1"), Options{ExplicitTime: true})
 	ok := limiter.Limit{Algorithm: limiter.FixedWindow, Limit: 1, Window: time.Second}
 	for name, tc := range map[string]struct {
 		lim  limiter.Limit

@@ -43,7 +43,7 @@ func checkKeys(t testing.TB, s *Store, key string, lim limiter.Limit) []string {
 // and on a real server each gets its own limit (a collision would deny the second one).
 func TestKeysResistInjection(t *testing.T) {
 	srv := redisserver.StartTest(t)
-	s := newStore(t, newClient(t, srv.URL()), Options{Prefix: "sluice", Timeout: testTimeout})
+	s := newStore(t, newClient(t, srv.URL()), Options{Prefix: "sluice", Timeout: testTimeout, ExplicitTime: true})
 	seen := map[string]string{}
 	for _, lim := range limiter.Variants(1, time.Minute, 0, time.Minute) {
 		for _, key := range hostile {

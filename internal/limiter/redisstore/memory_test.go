@@ -34,7 +34,7 @@ func memoryUsage(t *testing.T, srv *redisserver.TestServer, keys []string) int {
 // makes it balloon.
 func TestMemoryPerKey(t *testing.T) {
 	srv := redisserver.StartTest(t)
-	s := newStore(t, newClient(t, srv.URL()), Options{Timeout: testTimeout})
+	s := newStore(t, newClient(t, srv.URL()), Options{Timeout: testTimeout, ExplicitTime: true})
 	for _, lim := range limiter.Variants(100, time.Minute, 0, time.Minute) {
 		keys := s.Keys("client-42", lim)
 		mustTake(t, s, "client-42", lim, 1, at(0))
@@ -67,7 +67,7 @@ func TestEveryKeyHasATTL(t *testing.T) {
 	srv := redisserver.StartTest(t)
 	client := newClient(t, srv.URL())
 	for _, serverTime := range []bool{false, true} {
-		s := newStore(t, client, Options{Prefix: freshPrefix("ttl"), Timeout: testTimeout, ServerTime: serverTime})
+		s := newStore(t, client, Options{Prefix: freshPrefix("ttl"), Timeout: testTimeout, ExplicitTime: !serverTime})
 		last := map[string]limiter.Result{}
 		for _, lim := range limiter.Variants(5, 2*time.Second, 7, time.Second) {
 			for i := range 40 {
@@ -116,11 +116,11 @@ func TestEveryKeyHasATTL(t *testing.T) {
 	}
 }
 
-// TestServerTimeIgnoresNow: with ServerTime the caller's now does not matter, even an instant
-// the explicit mode would reject.
+// TestServerTimeIgnoresNow: without ExplicitTime the caller's now does not matter, even an
+// instant the explicit mode would reject.
 func TestServerTimeIgnoresNow(t *testing.T) {
 	srv := redisserver.StartTest(t)
-	s := newStore(t, newClient(t, srv.URL()), Options{Timeout: testTimeout, ServerTime: true})
+	s := newStore(t, newClient(t, srv.URL()), Options{Timeout: testTimeout})
 	lim := limiter.Limit{Algorithm: limiter.FixedWindow, Limit: 3, Window: time.Hour}
 	var got []bool
 	for _, now := range []time.Time{time.Now(), {}, time.UnixMilli(-5), time.Now().Add(1000 * time.Hour), time.Now()} {

@@ -21,7 +21,7 @@ const (
 	DefaultTimeout = 50 * time.Millisecond
 )
 
-// ExplicitTimeMinTTL is the shortest TTL a key gets when Options.ServerTime is false. The
+// ExplicitTimeMinTTL is the shortest TTL a key gets with Options.ExplicitTime. The
 // instants then come from the caller (a test, the simulator) and need not advance with Redis's
 // clock, which expires keys; this keeps state alive for the length of a test or simulation.
 const ExplicitTimeMinTTL = 10 * time.Minute
@@ -33,8 +33,8 @@ const maxPrefixLen = 64
 // the layout bumps it, so it never reads state written by another layout.
 const schema = "1"
 
-// Options configures a Store. The zero value takes the decision time from the caller; production
-// wants ServerTime, see DefaultOptions.
+// Options configures a Store. The zero value is the production setting: DefaultPrefix,
+// DefaultTimeout and the decision time read from Redis.
 type Options struct {
 	// Prefix starts every key, e.g. to share a Redis with other programs; empty means
 	// DefaultPrefix. At most 64 bytes, without braces, spaces or control characters.
@@ -44,16 +44,11 @@ type Options struct {
 	// slow or unreachable Redis before the caller falls back. The client must honour context
 	// deadlines (ContextTimeoutEnabled; NewClientFromURL sets it).
 	Timeout time.Duration
-	// ServerTime makes the scripts read the time from Redis (TIME) and ignore Take's now:
-	// clients whose clocks disagree then share one limit exactly. When false, Take's now is the
-	// decision time, as for limiter.MemoryStore: for tests and the simulator, which replay
-	// instants.
-	ServerTime bool
-}
-
-// DefaultOptions are the production options: DefaultPrefix, DefaultTimeout and ServerTime.
-func DefaultOptions() Options {
-	return Options{Prefix: DefaultPrefix, Timeout: DefaultTimeout, ServerTime: true}
+	// ExplicitTime makes Take's now the decision time, as for limiter.MemoryStore: for tests
+	// and the simulator, which replay instants. When false (production), the scripts read the
+	// time from Redis (TIME) and ignore Take's now, so clients whose clocks disagree share one
+	// limit exactly.
+	ExplicitTime bool
 }
 
 // Validate reports whether the options can be used.
@@ -74,10 +69,10 @@ func (o Options) Validate() error {
 
 // Store is a limiter.Store in Redis. It is safe for concurrent use.
 type Store struct {
-	client     redis.UniversalClient
-	prefix     string
-	timeout    time.Duration
-	serverTime bool
+	client       redis.UniversalClient
+	prefix       string
+	timeout      time.Duration
+	explicitTime bool
 	// batch sends concurrent Takes as pipelines; nil for cluster clients (one round trip per
 	// Take).
 	batch *batcher
@@ -103,7 +98,7 @@ func newWithSenders(client redis.UniversalClient, opts Options, n int) *Store {
 	if err := opts.Validate(); err != nil {
 		panic(err)
 	}
-	s := &Store{client: client, prefix: opts.Prefix, timeout: opts.Timeout, serverTime: opts.ServerTime}
+	s := &Store{client: client, prefix: opts.Prefix, timeout: opts.Timeout, explicitTime: opts.ExplicitTime}
 	if s.prefix == "" {
 		s.prefix = DefaultPrefix
 	}
@@ -132,14 +127,14 @@ func (s *Store) Close() error {
 // moment, for a single-node client). It returns when the reply arrives or the budget
 // (Options.Timeout, or ctx's deadline if earlier) runs out, whichever is first.
 //
-// With ServerTime, now is ignored; otherwise it is the decision time, truncated to the
+// Without ExplicitTime, now is ignored; with it, now is the decision time, truncated to the
 // millisecond, and must lie between the Unix epoch and limiter.MaxNowMs (else the error wraps
 // limiter.ErrInvalidTime). An invalid lim or n < 1 gives an error wrapping
 // limiter.ErrInvalidLimit. A Redis failure, including running past Options.Timeout, gives an
 // *Error, which matches ErrUnavailable (and ErrTimeout for timeouts) under errors.Is.
 func (s *Store) Take(ctx context.Context, key string, lim limiter.Limit, n int64, now time.Time) (limiter.Result, error) {
 	nowArg := ""
-	if !s.serverTime {
+	if s.explicitTime {
 		nowMs := now.UnixMilli()
 		if nowMs < 0 || nowMs > limiter.MaxNowMs {
 			return limiter.Result{}, fmt.Errorf("%w: %s is outside the Unix epoch .. %d ms", limiter.ErrInvalidTime, now, limiter.MaxNowMs)
@@ -154,7 +149,7 @@ func (s *Store) Take(ctx context.Context, key string, lim limiter.Limit, n int64
 	}
 	capacity := lim.Capacity()
 	var minTTL int64
-	if !s.serverTime {
+	if s.explicitTime {
 		minTTL = ExplicitTimeMinTTL.Milliseconds()
 	}
 	mode := "m"

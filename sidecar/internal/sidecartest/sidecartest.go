@@ -3,9 +3,12 @@
 package sidecartest
 
 import (
+	"context"
 	"encoding/json"
 	"testing"
 	"time"
+
+	"k8s.io/apimachinery/pkg/util/wait"
 
 	"github.com/sluice-dev/sluice/internal/policy"
 	"github.com/sluice-dev/sluice/internal/testutil/kubeletdir"
@@ -96,19 +99,16 @@ func (a *AtomicDir) Write(t testing.TB, files map[string][]byte) {
 	}
 }
 
-// Eventually calls f until it returns nil or timeout passes, then fails the test with f's
-// last error.
+// Eventually calls f every 10ms until it returns nil or timeout passes, then fails the test
+// with f's last error.
 func Eventually(t testing.TB, timeout time.Duration, f func() error) {
 	t.Helper()
-	deadline := time.Now().Add(timeout)
-	for {
-		err := f()
-		if err == nil {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("not within %s: %v", timeout, err)
-		}
-		time.Sleep(10 * time.Millisecond)
+	var last error
+	err := wait.PollUntilContextTimeout(t.Context(), 10*time.Millisecond, timeout, true, func(context.Context) (bool, error) {
+		last = f()
+		return last == nil, nil
+	})
+	if err != nil {
+		t.Fatalf("not within %s: %v", timeout, last)
 	}
 }
