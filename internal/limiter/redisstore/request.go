@@ -48,11 +48,14 @@ const requestFields = 8
 //     denied by it. So at most as many requests as are in flight on those keys at once can be
 //     denied by reservations later refunded; with sequential requests at explicit instants,
 //     none, and decisions equal MemoryStore.TakeRequest's (TestDifferentialTakeRequest).
-//   - A refund is exact but where the state has moved on: the charge's window has rolled
-//     (FixedWindow, or twice for SlidingWindowCounter) or its log entry expired, so there is
-//     nothing to give back, or another request refilled (leaked) the state in between to
-//     within the charge of its capacity (of 0), where the refund gives back the bound. A refund that fails (its master unreachable)
-//     leaves the charge in place, erring towards denial; RefundFailures counts them.
+//   - A refund is exact unless the state has moved on: the charge's window has rolled
+//     (FixedWindow, or twice for SlidingWindowCounter) or its log entry has expired, so there
+//     is nothing left to give back; or another request refilled (leaked) the bucket in
+//     between to within the charge of its capacity (of 0), and the refund gives back only
+//     what the bucket could not have lost. A refund that fails (its master unreachable)
+//     leaves the charge in place, erring towards denial; RefundFailures counts them. So does
+//     a reservation whose call failed or timed out (the request's error): it may still run
+//     on its master, and nothing is known to give back (TestTakeRequestClusterFailure).
 //   - Instants that go backwards between requests can make a refunded state differ from the
 //     one before the reservation (a bucket is brought forward to the reservation's instant).
 //

@@ -2,6 +2,7 @@ package redisstore
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"math/rand/v2"
 	"slices"
@@ -395,5 +396,56 @@ func TestTakeRequestServerTime(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// TestTakeRequestClusterFailure: when one master hangs, a cluster request fails with an error
+// matching ErrUnavailable (the caller falls back), and the charge the healthy master made for
+// it is given back.
+func TestTakeRequestClusterFailure(t *testing.T) {
+	c := redisserver.StartCluster(t, 3)
+	a := c.Addrs()
+	client := newClient(t, "redis+cluster://"+a[0]+"?addr="+a[1]+"&addr="+a[2])
+	opts := explicitTime("reqfail")
+	opts.Timeout = 300 * time.Millisecond
+	s := newStore(t, client, opts)
+	lim := limiter.Limit{Algorithm: limiter.TokenBucket, Limit: 3, Window: time.Hour}
+	cc := client.(*redis.ClusterClient)
+	ctx := context.Background()
+	master := func(key string) string {
+		m, err := cc.MasterForKey(ctx, s.Keys(key, lim)[0])
+		if err != nil {
+			t.Fatal(err)
+		}
+		return m.Options().Addr
+	}
+	healthy, hung := "k0", ""
+	for i := 1; hung == "" && i < 100; i++ {
+		if k := fmt.Sprint("k", i); master(k) != master(healthy) {
+			hung = k
+		}
+	}
+	if hung == "" {
+		t.Fatal("100 keys on one master")
+	}
+	// Warm the client's connections to both masters, so the pause hits a call, not a dial.
+	mustTakeRequest(t, s, []limiter.Take{{Key: "warm-" + healthy, Limit: lim, N: 1}}, at(0))
+	mustTake(t, s, healthy+"-x", lim, 1, at(0))
+	mustTake(t, s, hung+"-x", lim, 1, at(0))
+	var srv *redisserver.Server
+	for _, sv := range c.Servers {
+		if sv.Addr() == master(hung) {
+			srv = sv
+		}
+	}
+	srv.Pause()
+	res := make([]limiter.Result, 2)
+	_, err := s.TakeRequest(ctx, []limiter.Take{{Key: healthy, Limit: lim, N: 2}, {Key: hung, Limit: lim, N: 1}}, at(0), res)
+	srv.Resume()
+	if !errors.Is(err, ErrUnavailable) {
+		t.Fatalf("TakeRequest with a hung master: %v, want ErrUnavailable", err)
+	}
+	if r := mustTake(t, s, healthy, lim, 4, at(0)); r.Remaining != 3 || s.RefundFailures() != 0 {
+		t.Fatalf("the healthy master's key after the failed request: %+v (refund failures %d), want its 3 tokens back", r, s.RefundFailures())
 	}
 }
