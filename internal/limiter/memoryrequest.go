@@ -34,12 +34,49 @@ func (m *MemoryStore) TakeRequest(_ context.Context, takes []Take, now time.Time
 		touchBuf [maxInlineTakes]touched
 		undoBuf  [maxInlineTakes]undo
 	)
+	res = res[:len(takes)]
 	locks, touch, undos := lockBuf[:0], touchBuf[:0], undoBuf[:0]
 	if len(takes) > maxInlineTakes {
 		locks = make([]int, 0, len(takes))
 		touch = make([]touched, 0, len(takes))
 		undos = make([]undo, 0, len(takes))
 	}
+	locks = m.lockShards(takes, locks)
+
+	admitted := true
+	for i := range takes {
+		tk := &takes[i]
+		var j int
+		touch, j = m.touch(touch, tk.Key)
+		t := &touch[j]
+		if !t.isNew { // a new entry is dropped, not undone, when the request is denied
+			undos = append(undos, undo{})
+			undos[len(undos)-1].save(t.e)
+		}
+		if t.e.lim != tk.Limit {
+			t.e.adapt(tk.Limit)
+		}
+		res[i] = t.e.take(tk.N, nowMs)
+		if !res[i].Allowed && !tk.Shadow {
+			admitted = false
+		}
+	}
+	if admitted {
+		commit(touch, nowMs)
+	} else {
+		for k := len(undos) - 1; k >= 0; k-- {
+			undos[k].restore()
+		}
+	}
+	for _, si := range locks {
+		m.shards[si].mu.Unlock()
+	}
+	return admitted, nil
+}
+
+// lockShards locks the shards of the takes' keys, each once, in ascending order, and returns
+// their indices (appended to locks) for unlocking.
+func (m *MemoryStore) lockShards(takes []Take, locks []int) []int {
 	for i := range takes {
 		si := int(maphash.String(m.seed, takes[i].Key) & m.mask)
 		j := len(locks)
@@ -56,69 +93,49 @@ func (m *MemoryStore) TakeRequest(_ context.Context, takes []Take, now time.Time
 	for _, si := range locks {
 		m.shards[si].mu.Lock()
 	}
+	return locks
+}
 
-	admitted := true
-	for i := range takes {
-		tk := &takes[i]
-		var t *touched
-		for j := range touch {
-			if touch[j].key == tk.Key {
-				t = &touch[j]
-				break
-			}
-		}
-		if t == nil {
-			sh := &m.shards[maphash.String(m.seed, tk.Key)&m.mask]
-			touch = append(touch, touched{key: tk.Key, sh: sh, e: sh.entries[tk.Key]})
-			t = &touch[len(touch)-1]
-			if t.e == nil {
-				t.e, t.isNew = new(memoryEntry), true
-			}
-			t.logBefore = t.e.logEntries()
-		}
-		if !t.isNew { // a new entry is dropped, not undone, when the request is denied
-			undos = append(undos, undo{})
-			undos[len(undos)-1].save(t.e)
-		}
-		if t.e.lim != tk.Limit {
-			t.e.adapt(tk.Limit)
-		}
-		res[i] = t.e.take(tk.N, nowMs)
-		if !res[i].Allowed && !tk.Shadow {
-			admitted = false
+// touch returns touch with the request's entry for key and its index: the entry an earlier
+// take touched, the shard's (its shard locked), or a new one.
+func (m *MemoryStore) touch(touch []touched, key string) ([]touched, int) {
+	for j := range touch {
+		if touch[j].key == key {
+			return touch, j
 		}
 	}
+	sh := &m.shards[maphash.String(m.seed, key)&m.mask]
+	t := touched{key: key, sh: sh, e: sh.entries[key]}
+	if t.e == nil {
+		t.e, t.isNew = new(memoryEntry), true
+	}
+	t.logBefore = t.e.logEntries()
+	return append(touch, t), len(touch)
+}
 
-	if !admitted {
-		for k := len(undos) - 1; k >= 0; k-- {
-			undos[k].restore()
-		}
-	} else {
-		// Account for every existing log's growth before anything is shed or evicted, so
-		// that a drop subtracts what the shard counted.
-		for j := range touch {
-			if t := &touch[j]; !t.isNew {
-				t.sh.logEntries += t.e.logEntries() - t.logBefore
-			}
-		}
-		for j := range touch {
-			if t := &touch[j]; !t.isNew && t.e.logEntries() > t.logBefore {
-				t.sh.shed(t.key)
-			}
-		}
-		for j := range touch {
-			// A key the request leaves fresh need not be remembered, as in Take.
-			if t := &touch[j]; t.isNew && t.e.expiresAt > nowMs {
-				t.sh.makeRoom(nowMs)
-				t.sh.entries[t.key] = t.e
-				t.sh.logGrew(t.key, t.e.logEntries())
-			}
+// commit keeps an admitted request's changes: it accounts for the logs' growth and inserts
+// the new keys, under the bounds as Take does.
+func commit(touch []touched, nowMs int64) {
+	// Account for every existing log's growth before anything is shed or evicted, so that a
+	// drop subtracts what the shard counted.
+	for j := range touch {
+		if t := &touch[j]; !t.isNew {
+			t.sh.logEntries += t.e.logEntries() - t.logBefore
 		}
 	}
-	for _, si := range locks {
-		m.shards[si].mu.Unlock()
+	for j := range touch {
+		if t := &touch[j]; !t.isNew && t.e.logEntries() > t.logBefore {
+			t.sh.shed(t.key)
+		}
 	}
-	return admitted, nil
+	for j := range touch {
+		// A key the request leaves fresh need not be remembered, as in Take.
+		if t := &touch[j]; t.isNew && t.e.expiresAt > nowMs {
+			t.sh.makeRoom(nowMs)
+			t.sh.entries[t.key] = t.e
+			t.sh.logGrew(t.key, t.e.logEntries())
+		}
+	}
 }
 
 // touched is an entry a request decides on.

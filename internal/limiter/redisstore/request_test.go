@@ -181,7 +181,7 @@ func checkTTLs(t *testing.T, client redis.UniversalClient) {
 		for _, k := range keys {
 			// In ms, not as a Duration: a bucket's TTL can exceed 292 years.
 			if ttl, err := m.Do(ctx, "PTTL", k).Int64(); err != nil || ttl < 0 {
-				return fmt.Errorf("key %s has PTTL %d (%v)", k, ttl, err)
+				return fmt.Errorf("key %s has PTTL %d (%w)", k, ttl, err)
 			}
 		}
 		return nil
