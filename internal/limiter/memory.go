@@ -196,6 +196,11 @@ func (sh *memoryShard) logGrew(key string, delta int) {
 		return
 	}
 	sh.logEntries += delta
+	sh.shed(key)
+}
+
+// shed drops other keys' logs than key's while the shard's logs are over their bound.
+func (sh *memoryShard) shed(key string) {
 	if sh.logEntries <= sh.maxLogEntries {
 		return
 	}

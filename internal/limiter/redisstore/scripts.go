@@ -8,11 +8,19 @@ import (
 	"github.com/sluice-dev/sluice/internal/limiter"
 )
 
-// The scripts are the prelude (arguments, clock, integer helpers, save) followed by one
-// algorithm's transition, ported from package limiter formula for formula.
+// The per-algorithm scripts (Take) are the integer helpers, the prelude (arguments, clock,
+// save) and one algorithm's transition, ported from package limiter formula for formula. The
+// request script (TakeRequest) holds every transition as a function over a state, and the
+// refund script the inverse of each charge (see request.go).
 var (
+	//go:embed lua/arith.lua
+	arithLua string
 	//go:embed lua/prelude.lua
 	preludeLua string
+	//go:embed lua/request.lua
+	requestLua string
+	//go:embed lua/refund.lua
+	refundLua string
 	//go:embed lua/fixedwindow.lua
 	fixedWindowLua string
 	//go:embed lua/slidinglog.lua
@@ -35,13 +43,15 @@ type script struct {
 
 func newScript(src string) *script { return &script{Script: redis.NewScript(src), src: src} }
 
-// One script per algorithm.
+// One script per algorithm, the request script and the refund script.
 var (
-	fixedWindowScript    = newScript(preludeLua + fixedWindowLua)
-	slidingLogScript     = newScript(preludeLua + slidingLogLua)
-	slidingCounterScript = newScript(preludeLua + slidingCounterLua)
-	tokenBucketScript    = newScript(preludeLua + tokenBucketLua)
-	leakyBucketScript    = newScript(preludeLua + leakyBucketLua)
+	fixedWindowScript    = newScript(arithLua + preludeLua + fixedWindowLua)
+	slidingLogScript     = newScript(arithLua + preludeLua + slidingLogLua)
+	slidingCounterScript = newScript(arithLua + preludeLua + slidingCounterLua)
+	tokenBucketScript    = newScript(arithLua + preludeLua + tokenBucketLua)
+	leakyBucketScript    = newScript(arithLua + preludeLua + leakyBucketLua)
+	requestScript        = newScript(arithLua + requestLua)
+	refundScript         = newScript(arithLua + refundLua)
 )
 
 func scriptFor(lim limiter.Limit) *script {

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -76,6 +77,8 @@ type Store struct {
 	// batch sends concurrent Takes as pipelines; nil for cluster clients (one round trip per
 	// Take).
 	batch *batcher
+	// refundFailures counts the refunds TakeRequest could not make (see RefundFailures).
+	refundFailures atomic.Int64
 }
 
 var _ limiter.Store = (*Store)(nil)

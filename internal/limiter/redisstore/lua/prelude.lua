@@ -1,4 +1,4 @@
--- Shared by every script (prepended by scripts.go).
+-- Shared by the per-algorithm scripts (prepended by scripts.go, after arith.lua).
 --
 -- KEYS: the limiter's keys, all with one hash tag (one cluster slot).
 -- ARGV[1] now: ms since the Unix epoch, or '' to read Redis's clock
@@ -30,16 +30,6 @@ local cap = tonumber(ARGV[4])
 local c = tonumber(ARGV[5])
 local minTTL = tonumber(ARGV[6])
 local M = tonumber(ARGV[7])
-
--- fdiv is a / b and cdiv is ceil(a/b) (limiter's ceilDiv), for integers 0 <= a < 2^53, b > 0.
-local function fdiv(a, b)
-  return math.floor(a / b)
-end
-local function cdiv(a, b)
-  local q = math.floor(a / b)
-  if q * b ~= a then q = q + 1 end
-  return q
-end
 
 -- The window and bucket algorithms keep their state in one string key, integers separated by
 -- spaces ("%d" formats integers below 2^53 exactly; tostring would round them to 14 digits), so

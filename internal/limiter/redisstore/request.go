@@ -1,0 +1,264 @@
+package redisstore
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/sluice-dev/sluice/internal/limiter"
+)
+
+var _ limiter.RequestStore = (*Store)(nil)
+
+// requestFields is how many integers the request script returns per take.
+const requestFields = 8
+
+// TakeRequest implements limiter.RequestStore: a request is admitted only when every enforced
+// take is allowed, and only then is any take charged. now, the costs, the Limits, the budget
+// and the errors are as for Take; a request whose decision failed charges nothing (but see
+// Redis Cluster below).
+//
+// With a single-node or Sentinel client the request is one call of one script over all its
+// keys (lua/request.lua, sent in a pipeline with the other calls waiting at the moment), which
+// runs the same integer transitions as Take, decides every take and writes the states of an
+// admitted request, or nothing: the unit is atomic, as in limiter.MemoryStore, and decisions
+// equal MemoryStore.TakeRequest's step for step (TestDifferentialTakeRequest).
+//
+// With a Redis Cluster client the keys of different rules live in different slots, which one
+// script cannot span, so a request is a reservation and a refund. Each rule's takes are
+// decided and charged by their own script call, all calls in parallel; if an enforced take is
+// denied (or a call fails), the charges of every call that made some are given back by the
+// inverse transition (lua/refund.lua): tokens returned up to the bucket's capacity, a leaky
+// level lowered down to 0, a window's count decremented in the window it was charged in, the
+// units removed from the log entry they were added to. What this guarantees, per key:
+//
+//   - Nothing is ever over-admitted. A refund gives back at most what the request took, never
+//     leaves a bucket above its capacity or a count or level below 0, and never gives back
+//     what the state would have lost without the charge (a bucket's refill beyond its
+//     capacity, a level's leak below 0, while other requests moved the state on between the
+//     reservation and the refund): the state after a refund is never more permissive than if
+//     the charge had not been made.
+//   - Between a reservation and its refund (one round trip) the reservation holds quota that
+//     the request does not use: a request on the same key decided in that interval can be
+//     denied by it. So at most as many requests as are in flight on those keys at once can be
+//     denied by reservations later refunded; with sequential requests at explicit instants,
+//     none, and decisions equal MemoryStore.TakeRequest's (TestDifferentialTakeRequest).
+//   - A refund is exact unless the state has moved on: the charge's window has rolled
+//     (FixedWindow, or twice for SlidingWindowCounter) or its log entry has expired, so there
+//     is nothing left to give back; or another request refilled (leaked) the bucket in
+//     between to within the charge of its capacity (of 0), and the refund gives back only
+//     what the bucket could not have lost. A refund that fails (its master unreachable)
+//     leaves the charge in place, erring towards denial; RefundFailures counts them. So does
+//     a reservation whose call failed or timed out (the request's error): it may still run
+//     on its master, and nothing is known to give back (TestTakeRequestClusterFailure).
+//   - Instants that go backwards between requests can make a refunded state differ from the
+//     one before the reservation (a bucket is brought forward to the reservation's instant).
+//
+// The per-call instant of a cluster request is each master's clock (with ServerTime); with
+// explicit time, now.
+func (s *Store) TakeRequest(ctx context.Context, takes []limiter.Take, now time.Time, res []limiter.Result) (bool, error) {
+	nowArg := ""
+	if !s.serverTime {
+		nowMs := now.UnixMilli()
+		if nowMs < 0 || nowMs > limiter.MaxNowMs {
+			return false, fmt.Errorf("%w: %s is outside the Unix epoch .. %d ms", limiter.ErrInvalidTime, now, limiter.MaxNowMs)
+		}
+		nowArg = strconv.FormatInt(nowMs, 10)
+	}
+	if err := limiter.ValidateRequest(takes, res); err != nil {
+		return false, err
+	}
+	if len(takes) == 0 {
+		return true, nil
+	}
+	var minTTL int64
+	if !s.serverTime {
+		minTTL = ExplicitTimeMinTTL.Milliseconds()
+	}
+	ctx, cancel := context.WithTimeout(ctx, s.timeout)
+	defer cancel()
+	start := time.Now()
+
+	// The Redis keys, each once, and the takes of each.
+	keys := make([]string, 0, len(takes))
+	keyOf := make([]int, len(takes))
+	for i := range takes {
+		rk := s.Keys(takes[i].Key, takes[i].Limit)[0]
+		j := slices.Index(keys, rk)
+		if j < 0 {
+			j = len(keys)
+			keys = append(keys, rk)
+		}
+		keyOf[i] = j
+	}
+	if _, single := s.client.(*redis.Client); single || len(keys) == 1 {
+		args := make([]any, 0, 3+8*len(takes))
+		args = append(args, nowArg, minTTL, len(takes))
+		for i := range takes {
+			args = appendTake(args, keyOf[i]+1, &takes[i])
+		}
+		if _, _, err := s.runRequest(ctx, keys, args, takes, res); err != nil {
+			return false, s.wrap(ctx, err, time.Since(start))
+		}
+		return limiter.Admitted(takes, res), nil
+	}
+	return s.reserve(ctx, start, keys, keyOf, takes, nowArg, minTTL, res)
+}
+
+// appendTake appends a take's fields for the request script, naming its key by index k.
+func appendTake(args []any, k int, t *limiter.Take) []any {
+	lim := &t.Limit
+	shadow := 0
+	if t.Shadow {
+		shadow = 1
+	}
+	return append(args, k, algCode(lim), lim.Limit, lim.WindowMs(), lim.Capacity(), t.N, lim.MaxDelay.Milliseconds(), shadow)
+}
+
+// runRequest runs the request script and fills res (in the order of takes, the script's
+// replies) from its reply. It returns the script's 7th and 8th fields of the last take, what a
+// refund of the call's charges needs.
+func (s *Store) runRequest(ctx context.Context, keys []string, args []any, takes []limiter.Take, res []limiter.Result) (at, content int64, err error) {
+	var vals []int64
+	if s.batch != nil {
+		vals, err = s.batch.do(ctx, requestScript, keys, args)
+	} else {
+		vals, err = requestScript.Run(ctx, s.client, keys, args...).Int64Slice()
+	}
+	if err != nil {
+		return 0, 0, err
+	}
+	if len(vals) != requestFields*len(takes)+1 {
+		return 0, 0, fmt.Errorf("request script returned %d values for %d takes, want %d", len(vals), len(takes), requestFields*len(takes)+1)
+	}
+	for i := range takes {
+		v := vals[requestFields*i:]
+		res[i] = resultFrom(v, takes[i].Limit.Capacity())
+		at, content = v[6], v[7]
+	}
+	return at, content, nil
+}
+
+// resultFrom is a take's Result from the script's integers, as in Take.
+func resultFrom(v []int64, capacity int64) limiter.Result {
+	r := limiter.Result{
+		Allowed:    v[0] == 1,
+		Limit:      capacity,
+		Remaining:  v[1],
+		ResetAfter: limiter.DurationFromMs(v[2]),
+		RetryAfter: limiter.DurationFromMs(v[3]),
+		Delay:      limiter.DurationFromMs(v[4]),
+		Reason:     reasons[v[5]],
+	}
+	if v[3] < 0 {
+		r.RetryAfter = limiter.NeverRetry
+	}
+	return r
+}
+
+// reserve is TakeRequest on Redis Cluster: one call per key, in parallel, each deciding and
+// charging that key's takes as a request of its own; then, unless the request is admitted, one
+// refund per call that charged something.
+func (s *Store) reserve(ctx context.Context, start time.Time, keys []string, keyOf []int, takes []limiter.Take, nowArg string, minTTL int64, res []limiter.Result) (bool, error) {
+	type call struct {
+		takes       []int // indices into takes
+		at, content int64 // for the refund
+		err         error
+	}
+	calls := make([]call, len(keys))
+	for i, k := range keyOf {
+		calls[k].takes = append(calls[k].takes, i)
+	}
+	var wg sync.WaitGroup
+	for k := range calls {
+		c := &calls[k]
+		wg.Go(func() {
+			args := make([]any, 0, 3+8*len(c.takes))
+			args = append(args, nowArg, minTTL, len(c.takes))
+			sub := make([]limiter.Take, len(c.takes))
+			for j, i := range c.takes {
+				sub[j] = takes[i]
+				args = appendTake(args, 1, &takes[i])
+			}
+			out := make([]limiter.Result, len(sub))
+			c.at, c.content, c.err = s.runRequest(ctx, keys[k:k+1], args, sub, out)
+			if c.err == nil {
+				for j, i := range c.takes {
+					res[i] = out[j]
+				}
+			}
+		})
+	}
+	wg.Wait()
+
+	var err error
+	for k := range calls {
+		if calls[k].err != nil {
+			err = s.wrap(ctx, calls[k].err, time.Since(start))
+			break
+		}
+	}
+	if err == nil && limiter.Admitted(takes, res) {
+		return true, nil
+	}
+	// Give back what the calls that committed charged. The refunds have a budget of their own
+	// and are sent even when the caller has gone: a charge left in place denies later requests.
+	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.timeout)
+	defer cancel()
+	for k := range calls {
+		c := &calls[k]
+		if c.err != nil {
+			continue
+		}
+		var units int64
+		committed := true
+		for _, i := range c.takes {
+			if res[i].Allowed {
+				units += takes[i].N
+			} else if !takes[i].Shadow {
+				committed = false // the script charged nothing
+			}
+		}
+		if !committed || units == 0 {
+			continue
+		}
+		lim := &takes[c.takes[len(c.takes)-1]].Limit // the content is under its capacity
+		wg.Go(func() {
+			err := refundScript.Run(rctx, s.client, keys[k:k+1], minTTL, algCode(lim), lim.Limit,
+				lim.WindowMs(), lim.Capacity(), units, c.at, c.content).Err()
+			if err != nil {
+				s.refundFailures.Add(1)
+			}
+		})
+	}
+	wg.Wait()
+	return false, err
+}
+
+// RefundFailures is the number of refunds that failed since the Store was created: charges of
+// denied Redis Cluster requests left in place (see TakeRequest).
+func (s *Store) RefundFailures() int64 { return s.refundFailures.Load() }
+
+// algCode is the scripts' number for lim's algorithm and mode.
+func algCode(lim *limiter.Limit) int {
+	switch lim.Algorithm {
+	case limiter.FixedWindow:
+		return 1
+	case limiter.SlidingWindowLog:
+		return 2
+	case limiter.SlidingWindowCounter:
+		return 3
+	case limiter.TokenBucket:
+		return 4
+	default: // LeakyBucket; Validate admits nothing else
+		if lim.Mode == limiter.Queue {
+			return 6
+		}
+		return 5
+	}
+}
