@@ -59,11 +59,11 @@ const requestFields = 8
 //   - Instants that go backwards between requests can make a refunded state differ from the
 //     one before the reservation (a bucket is brought forward to the reservation's instant).
 //
-// The per-call instant of a cluster request is each master's clock (with ServerTime); with
+// The per-call instant of a cluster request is each master's clock (by default); with
 // explicit time, now.
 func (s *Store) TakeRequest(ctx context.Context, takes []limiter.Take, now time.Time, res []limiter.Result) (bool, error) {
 	nowArg := ""
-	if !s.serverTime {
+	if s.explicitTime {
 		nowMs := now.UnixMilli()
 		if nowMs < 0 || nowMs > limiter.MaxNowMs {
 			return false, fmt.Errorf("%w: %s is outside the Unix epoch .. %d ms", limiter.ErrInvalidTime, now, limiter.MaxNowMs)
@@ -77,7 +77,7 @@ func (s *Store) TakeRequest(ctx context.Context, takes []limiter.Take, now time.
 		return true, nil
 	}
 	var minTTL int64
-	if !s.serverTime {
+	if s.explicitTime {
 		minTTL = ExplicitTimeMinTTL.Milliseconds()
 	}
 	ctx, cancel := context.WithTimeout(ctx, s.timeout)

@@ -26,7 +26,7 @@ func BenchmarkTakeRequest(b *testing.B) {
 		for _, kind := range []string{"Take", "TakeRequest-1", "TakeRequest-2"} {
 			b.Run("callers="+strconv.Itoa(callers)+"/"+kind, func(b *testing.B) {
 				client := newClient(b, url)
-				s := New(client, Options{Prefix: freshPrefix("benchreq"), ServerTime: true, Timeout: testTimeout})
+				s := New(client, Options{Prefix: freshPrefix("benchreq"), Timeout: testTimeout})
 				b.Cleanup(func() { _ = s.Close() })
 				if err := client.ConfigResetStat(context.Background()).Err(); err != nil {
 					b.Fatal(err)

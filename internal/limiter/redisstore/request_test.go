@@ -21,7 +21,7 @@ import (
 // explicitTime are the options of a store deciding at the caller's instants, under a fresh
 // prefix.
 func explicitTime(name string) Options {
-	return Options{Prefix: freshPrefix(name), Timeout: testTimeout}
+	return Options{Prefix: freshPrefix(name), Timeout: testTimeout, ExplicitTime: true}
 }
 
 // topology is a Redis to run a TakeRequest test against: a single node, whose requests are one
@@ -32,7 +32,7 @@ type topology struct {
 }
 
 var topologies = []topology{
-	{"single", func(t *testing.T) redis.UniversalClient { return newClient(t, redisserver.Start(t).URL()) }},
+	{"single", func(t *testing.T) redis.UniversalClient { return newClient(t, redisserver.StartTest(t).URL()) }},
 	{"cluster", func(t *testing.T) redis.UniversalClient {
 		a := redisserver.StartCluster(t, 3).Addrs()
 		return newClient(t, "redis+cluster://"+a[0]+"?addr="+a[1]+"&addr="+a[2])
@@ -282,7 +282,7 @@ func TestTakeRequestConcurrent(t *testing.T) {
 // get back what it would have lost to its capacity (or a leaky level below 0) without the
 // charge.
 func TestRefund(t *testing.T) {
-	srv := redisserver.Start(t)
+	srv := redisserver.StartTest(t)
 	client := newClient(t, srv.URL())
 	ctx := context.Background()
 	type op struct {
@@ -375,7 +375,7 @@ func TestTakeRequestServerTime(t *testing.T) {
 	for _, top := range topologies {
 		t.Run(top.name, func(t *testing.T) {
 			client := top.client(t)
-			s := newStore(t, client, Options{Prefix: freshPrefix("reqst"), Timeout: testTimeout, ServerTime: true})
+			s := newStore(t, client, Options{Prefix: freshPrefix("reqst"), Timeout: testTimeout})
 			ctx := context.Background()
 			if _, ok := mustTakeRequest(t, s, []limiter.Take{{Key: "a", Limit: one, N: 1}, {Key: "b", Limit: tb, N: 1}}, time.Time{}); !ok {
 				t.Fatal("the first request is denied")
@@ -432,7 +432,7 @@ func TestTakeRequestClusterFailure(t *testing.T) {
 	mustTakeRequest(t, s, []limiter.Take{{Key: "warm-" + healthy, Limit: lim, N: 1}}, at(0))
 	mustTake(t, s, healthy+"-x", lim, 1, at(0))
 	mustTake(t, s, hung+"-x", lim, 1, at(0))
-	var srv *redisserver.Server
+	var srv *redisserver.TestServer
 	for _, sv := range c.Servers {
 		if sv.Addr() == master(hung) {
 			srv = sv
