@@ -4,7 +4,8 @@
 // share of each limit as fallback) and proxies the admitted ones to the application.
 //
 // Every flag can also be set as an environment variable: SLUICE_ and the flag name in upper
-// case with '-' as '_' (e.g. SLUICE_REDIS_URL). A flag on the command line wins.
+// case with '-' as '_' (e.g. SLUICE_REDIS_URL). A flag on the command line wins. The flags, and
+// the names the webhook injects them with, are in package sidecar/cmdline and internal/inject.
 package main
 
 import (
@@ -18,7 +19,6 @@ import (
 	"net/url"
 	"os"
 	"os/signal"
-	"strings"
 	"sync/atomic"
 	"syscall"
 	"time"
@@ -26,9 +26,11 @@ import (
 	"github.com/redis/go-redis/v9"
 	"k8s.io/utils/clock"
 
+	"github.com/sluice-dev/sluice/internal/inject"
 	"github.com/sluice-dev/sluice/internal/limiter"
 	"github.com/sluice-dev/sluice/internal/limiter/redisstore"
 	"github.com/sluice-dev/sluice/sidecar/breaker"
+	"github.com/sluice-dev/sluice/sidecar/cmdline"
 	"github.com/sluice-dev/sluice/sidecar/config"
 	"github.com/sluice-dev/sluice/sidecar/metrics"
 	"github.com/sluice-dev/sluice/sidecar/proxy"
@@ -42,70 +44,53 @@ func main() {
 }
 
 func run() error {
-	fs := flag.NewFlagSet("sluice-sidecar", flag.ExitOnError)
-	listen := fs.String("listen", ":8081", "address the proxy listens on (HTTP/1.1 and h2c)")
-	upstream := fs.String("upstream", "http://127.0.0.1:8080", "URL of the application")
-	configPath := fs.String("config", "/etc/sluice/policies.json", "rendered policies file; absent means no policies")
-	labelsFile := fs.String("pod-labels-file", "/etc/podinfo/labels", "downward API labels file (key=\"value\" lines); empty for none")
-	podLabels := fs.String("pod-labels", "", "pod labels as k=v,k2=v2; override the file's")
-	redisURL := fs.String("redis-url", "", "Redis URL (redis://, rediss://, redis+cluster://, redis+sentinel://); empty decides locally")
-	redisTimeout := fs.Duration("redis-timeout", redisstore.DefaultTimeout, "budget of one Redis call")
-	metricsListen := fs.String("metrics-listen", ":9090", "address of /metrics, /healthz and /readyz")
-	threshold := fs.Int("breaker-threshold", breaker.DefaultThreshold, "consecutive Redis failures that open the breaker")
-	cooldown := fs.Duration("breaker-cooldown", breaker.DefaultCooldown, "how long the breaker stays open before a probe")
-	maxCooldown := fs.Duration("breaker-max-cooldown", breaker.DefaultMaxCooldown, "longest cooldown after failed probes")
-	reload := fs.Duration("reload-interval", config.DefaultRecheck, "periodic re-read of the files, behind file events")
-	shutdownTimeout := fs.Duration("shutdown-timeout", 20*time.Second, "how long SIGTERM waits for in-flight requests")
-	localKeys := fs.Int("local-max-keys", limiter.DefaultMaxKeys, "most keys the local store holds")
-	logLevel := fs.String("log-level", "info", "debug, info, warn or error")
-	pprof := fs.Bool("pprof", false, "serve /debug/pprof/ on the metrics listener")
-	_ = fs.Parse(os.Args[1:])
-	if err := envDefaults(fs); err != nil {
+	o, err := cmdline.Parse(os.Args[1:], flag.ExitOnError, os.LookupEnv)
+	if err != nil {
 		return err
 	}
 
 	var level slog.Level
-	if err := level.UnmarshalText([]byte(*logLevel)); err != nil {
-		return fmt.Errorf("--log-level: %w", err)
+	if err := level.UnmarshalText([]byte(o.LogLevel)); err != nil {
+		return fmt.Errorf("--%s: %w", inject.FlagLogLevel, err)
 	}
 	log := slog.New(slog.NewJSONHandler(os.Stderr, &slog.HandlerOptions{Level: level}))
 	// go-redis logs every failed dial; while Redis is down that is one line per probe. The
 	// breaker's transitions say it once, so its lines go to debug.
 	redis.SetLogger(redisLogger{log})
 
-	target, err := url.Parse(*upstream)
+	target, err := url.Parse(o.Upstream)
 	if err != nil || (target.Scheme != "http" && target.Scheme != "https") || target.Host == "" {
-		return fmt.Errorf("--upstream %q is not an http(s) URL", *upstream)
+		return fmt.Errorf("--%s %q is not an http(s) URL", inject.FlagUpstream, o.Upstream)
 	}
 	static := map[string]string{}
-	if *podLabels != "" {
-		if static, err = config.ParseLabelList(*podLabels); err != nil {
-			return fmt.Errorf("--pod-labels: %w", err)
+	if o.PodLabels != "" {
+		if static, err = config.ParseLabelList(o.PodLabels); err != nil {
+			return fmt.Errorf("--%s: %w", inject.FlagPodLabels, err)
 		}
 	}
 
 	m := metrics.New()
-	loader := config.NewLoader(*configPath, *labelsFile, static, m, log)
-	loader.Recheck = *reload
+	loader := config.NewLoader(o.Config, o.PodLabelsFile, static, m, log)
+	loader.Recheck = o.ReloadInterval
 
 	opts := proxy.Options{
 		Upstream: target,
 		Config:   loader.Current,
-		Local:    limiter.NewMemoryStore(limiter.MemoryStoreOptions{MaxKeys: *localKeys}),
+		Local:    limiter.NewMemoryStore(limiter.MemoryStoreOptions{MaxKeys: o.LocalMaxKeys}),
 		Metrics:  m,
 		Log:      log,
 	}
-	if *redisURL != "" {
-		rawURL, err := withPassword(*redisURL, os.Getenv(RedisPasswordEnv))
+	if o.RedisURL != "" {
+		rawURL, err := withPassword(o.RedisURL, o.RedisPassword)
 		if err != nil {
-			return fmt.Errorf("--redis-url: %w", err)
+			return fmt.Errorf("--%s: %w", inject.FlagRedisURL, err)
 		}
 		client, err := redisstore.NewClientFromURL(rawURL)
 		if err != nil {
-			return fmt.Errorf("--redis-url: %w", err)
+			return fmt.Errorf("--%s: %w", inject.FlagRedisURL, err)
 		}
 		defer func() { _ = client.Close() }()
-		ro := redisstore.Options{Timeout: *redisTimeout}
+		ro := redisstore.Options{Timeout: o.RedisTimeout}
 		if err := ro.Validate(); err != nil {
 			return err
 		}
@@ -114,7 +99,7 @@ func run() error {
 		defer func() { _ = store.Close() }()
 		opts.Remote = store
 		opts.Breaker = breaker.New(breaker.Options{
-			Threshold: *threshold, Cooldown: *cooldown, MaxCooldown: *maxCooldown,
+			Threshold: o.BreakerThreshold, Cooldown: o.BreakerCooldown, MaxCooldown: o.BreakerMaxCooldown,
 			OnTransition: func(from, to breaker.State, cd time.Duration) {
 				m.BreakerState.Set(float64(to))
 				m.BreakerTransitions.WithLabelValues(to.String()).Inc()
@@ -122,7 +107,7 @@ func run() error {
 			},
 		})
 		log.Info("Deciding with Redis; failure modes apply while it is unreachable",
-			"redis", redactURL(*redisURL), "timeout", *redisTimeout, "breakerThreshold", *threshold, "breakerCooldown", *cooldown)
+			"redis", redactURL(o.RedisURL), "timeout", o.RedisTimeout, "breakerThreshold", o.BreakerThreshold, "breakerCooldown", o.BreakerCooldown)
 	} else {
 		log.Warn("No --redis-url: every limit is decided in this pod with its share (limit / replicas), as in failure mode Local")
 	}
@@ -153,20 +138,20 @@ func run() error {
 	protocols.SetHTTP1(true)
 	protocols.SetUnencryptedHTTP2(true)
 	srv := &http.Server{
-		Addr:              *listen,
+		Addr:              o.Listen,
 		Handler:           handler,
 		Protocols:         &protocols,
 		ReadHeaderTimeout: 10 * time.Second,
 		IdleTimeout:       120 * time.Second,
 		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelDebug),
 	}
-	admin := &http.Server{Addr: *metricsListen, Handler: m.AdminHandler(ready, *pprof), ReadHeaderTimeout: 5 * time.Second}
+	admin := &http.Server{Addr: o.MetricsListen, Handler: m.AdminHandler(ready, o.Pprof), ReadHeaderTimeout: 5 * time.Second}
 
-	ln, err := net.Listen("tcp", *listen)
+	ln, err := net.Listen("tcp", o.Listen)
 	if err != nil {
 		return err
 	}
-	aln, err := net.Listen("tcp", *metricsListen)
+	aln, err := net.Listen("tcp", o.MetricsListen)
 	if err != nil {
 		return err
 	}
@@ -174,7 +159,7 @@ func run() error {
 	go func() { errc <- srv.Serve(ln) }()
 	go func() { errc <- admin.Serve(aln) }()
 	log.Info("Serving", "listen", ln.Addr().String(), "upstream", target.String(), "metrics", aln.Addr().String(),
-		"config", *configPath, "podLabelsFile", *labelsFile)
+		"config", o.Config, "podLabelsFile", o.PodLabelsFile)
 
 	select {
 	case err := <-errc:
@@ -182,8 +167,8 @@ func run() error {
 	case <-ctx.Done():
 	}
 	draining.Store(true)
-	log.Info("Shutting down: draining in-flight requests", "timeout", *shutdownTimeout)
-	sctx, cancel := context.WithTimeout(context.Background(), *shutdownTimeout)
+	log.Info("Shutting down: draining in-flight requests", "timeout", o.ShutdownTimeout)
+	sctx, cancel := context.WithTimeout(context.Background(), o.ShutdownTimeout)
 	defer cancel()
 	err = srv.Shutdown(sctx)
 	_ = admin.Shutdown(sctx)
@@ -192,25 +177,6 @@ func run() error {
 	}
 	log.Info("Drained; exiting")
 	return nil
-}
-
-// envDefaults sets every flag not given on the command line from SLUICE_<NAME>.
-func envDefaults(fs *flag.FlagSet) error {
-	set := map[string]bool{}
-	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
-	var errs []error
-	fs.VisitAll(func(f *flag.Flag) {
-		if set[f.Name] {
-			return
-		}
-		env := "SLUICE_" + strings.ToUpper(strings.ReplaceAll(f.Name, "-", "_"))
-		if v, ok := os.LookupEnv(env); ok {
-			if err := f.Value.Set(v); err != nil {
-				errs = append(errs, fmt.Errorf("%s: %w", env, err))
-			}
-		}
-	})
-	return errors.Join(errs...)
 }
 
 func sweep(ctx context.Context, clk clock.WithTicker, m *limiter.MemoryStore) {
@@ -241,10 +207,6 @@ type redisLogger struct{ log *slog.Logger }
 func (l redisLogger) Printf(ctx context.Context, format string, v ...any) {
 	l.log.DebugContext(ctx, "go-redis: "+fmt.Sprintf(format, v...))
 }
-
-// RedisPasswordEnv carries the Redis password (the injection webhook fills it from a Secret),
-// so that it never appears in the pod spec's arguments.
-const RedisPasswordEnv = "SLUICE_REDIS_PASSWORD" //nolint:gosec // the name of a variable, not a credential
 
 // withPassword returns rawURL with password set, unless password is empty or the URL already
 // has one.

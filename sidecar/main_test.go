@@ -16,6 +16,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sluice-dev/sluice/internal/inject"
 	"github.com/sluice-dev/sluice/internal/limiter/redisstore"
 	"github.com/sluice-dev/sluice/internal/policy"
 	"github.com/sluice-dev/sluice/internal/testutil/redisserver"
@@ -68,7 +69,7 @@ func TestBinary(t *testing.T) {
 		"--pod-labels-file", podinfo.Path("labels"),
 		"--redis-timeout", "50ms",
 	)
-	cmd.Env = append(os.Environ(), "SLUICE_REDIS_URL="+redis.URL(), "SLUICE_METRICS_LISTEN="+metricsAddr, RedisPasswordEnv+"=s3cret")
+	cmd.Env = append(os.Environ(), "SLUICE_REDIS_URL="+redis.URL(), "SLUICE_METRICS_LISTEN="+metricsAddr, inject.EnvRedisPassword+"=s3cret")
 	logs, _ := cmd.StderrPipe()
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)

@@ -17,6 +17,7 @@ import (
 	ctrlwebhook "sigs.k8s.io/controller-runtime/pkg/webhook"
 
 	"github.com/sluice-dev/sluice/internal/controller"
+	"github.com/sluice-dev/sluice/internal/inject"
 	"github.com/sluice-dev/sluice/internal/webhook"
 )
 
@@ -44,11 +45,11 @@ func main() {
 
 	flag.StringVar(&cfg.Image, "sidecar-image", "", "Sidecar image to inject (required with --webhook).")
 	flag.StringVar((*string)(&cfg.ImagePullPolicy), "sidecar-image-pull-policy", string(corev1.PullIfNotPresent), "Sidecar imagePullPolicy.")
-	flag.StringVar(&cfg.RedisURL, "sidecar-redis-url", "", "Redis URL for the sidecars (--redis-url), without a password; empty runs them on their in-memory store.")
+	flag.StringVar(&cfg.RedisURL, "sidecar-redis-url", "", "Redis URL for the sidecars (--"+inject.FlagRedisURL+"), without a password; empty runs them on their in-memory store.")
 	flag.BoolVar(&cfg.RedisTLS, "sidecar-redis-tls", false, "Talk TLS to Redis: a redis:// URL is injected as rediss://.")
-	flag.StringVar(&redisPasswordSecret, "sidecar-redis-password-secret", "", "Secret, in each injected pod's namespace, holding the Redis password (injected as $SLUICE_REDIS_PASSWORD).")
+	flag.StringVar(&redisPasswordSecret, "sidecar-redis-password-secret", "", "Secret, in each injected pod's namespace, holding the Redis password (injected as $"+inject.EnvRedisPassword+").")
 	flag.StringVar(&redisPasswordKey, "sidecar-redis-password-key", "password", "Key of --sidecar-redis-password-secret.")
-	flag.DurationVar(&cfg.RedisTimeout, "sidecar-redis-timeout", 0, "Bound on each Redis call of the sidecars (--redis-timeout); 0 keeps the sidecar's default.")
+	flag.DurationVar(&cfg.RedisTimeout, "sidecar-redis-timeout", 0, "Bound on each Redis call of the sidecars (--"+inject.FlagRedisTimeout+"); 0 keeps the sidecar's default.")
 	def := webhook.DefaultResources()
 	flag.StringVar(&cpuRequest, "sidecar-cpu-request", quantity(def.Requests, corev1.ResourceCPU), "Sidecar CPU request; \"\" for none.")
 	flag.StringVar(&cpuLimit, "sidecar-cpu-limit", quantity(def.Limits, corev1.ResourceCPU), "Sidecar CPU limit; \"\" for none.")

@@ -11,6 +11,7 @@ import (
 	"github.com/sluice-dev/sluice/api/v1alpha1"
 	"github.com/sluice-dev/sluice/internal/policy"
 	"github.com/sluice-dev/sluice/internal/policyfile"
+	"github.com/sluice-dev/sluice/internal/render"
 )
 
 type fileList []string
@@ -45,7 +46,7 @@ func runRender(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "sluicectl render: %v\n", err)
 		return 1
 	}
-	doc, verdicts := policy.Build(ns, policies, policy.FixedReplicas(*replicas))
+	doc, verdicts := render.Build(ns, policies, render.FixedReplicas(*replicas))
 	var rejected []error
 	for _, p := range policies {
 		if v := verdicts[p.Name]; v.Err != nil {

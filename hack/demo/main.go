@@ -31,7 +31,7 @@ import (
 
 	"github.com/sluice-dev/sluice/api/v1alpha1"
 	"github.com/sluice-dev/sluice/internal/devenv"
-	"github.com/sluice-dev/sluice/internal/webhook"
+	"github.com/sluice-dev/sluice/internal/inject"
 )
 
 const (
@@ -89,11 +89,11 @@ func run(ctx context.Context, once, verbose bool) error {
 		"-f", filepath.Join(sys.Root, "config", "samples", "algorithms.yaml"),
 		"-f", filepath.Join(sys.Root, "config", "samples", "shadow.yaml"))))
 
-	step("Creating two pods annotated %s: \"true\"; the webhook injects the sidecar", webhook.AnnotationInject)
+	step("Creating two pods annotated %s: \"true\"; the webhook injects the sidecar", inject.AnnotationInject)
 	for i := range 2 {
 		pod := &corev1.Pod{
 			ObjectMeta: metav1.ObjectMeta{Namespace: namespace, Name: fmt.Sprintf("demo-%d", i),
-				Labels: map[string]string{"app": "demo"}, Annotations: map[string]string{webhook.AnnotationInject: "true"}},
+				Labels: map[string]string{"app": "demo"}, Annotations: map[string]string{inject.AnnotationInject: "true"}},
 			Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "app", Image: "sluice.local/upstream:dev",
 				Ports: []corev1.ContainerPort{{ContainerPort: 8080}}}}},
 		}

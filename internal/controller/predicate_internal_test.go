@@ -7,7 +7,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/event"
 
-	"github.com/sluice-dev/sluice/internal/webhook"
+	"github.com/sluice-dev/sluice/internal/inject"
 )
 
 func TestPodUpdateMatters(t *testing.T) {
@@ -15,8 +15,8 @@ func TestPodUpdateMatters(t *testing.T) {
 	base := func() *corev1.Pod {
 		return &corev1.Pod{
 			ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "p", Labels: map[string]string{"app": "web"},
-				Annotations: map[string]string{webhook.AnnotationInject: "true"}},
-			Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "app"}, {Name: webhook.ContainerName}}},
+				Annotations: map[string]string{inject.AnnotationInject: "true"}},
+			Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "app"}, {Name: inject.ContainerName}}},
 			Status: corev1.PodStatus{Phase: corev1.PodRunning, Conditions: []corev1.PodCondition{
 				{Type: corev1.PodReady, Status: corev1.ConditionTrue},
 			}},
@@ -38,7 +38,7 @@ func TestPodUpdateMatters(t *testing.T) {
 			p.Annotations["example.com/note"] = "x"
 		}, false},
 		"inject annotation removed, sidecar still there": {nil, func(p *corev1.Pod) {
-			delete(p.Annotations, webhook.AnnotationInject)
+			delete(p.Annotations, inject.AnnotationInject)
 		}, false},
 		"labels removed": {nil, func(p *corev1.Pod) { p.Labels = nil }, true},
 		"label value":    {nil, func(p *corev1.Pod) { p.Labels["app"] = "db" }, true},

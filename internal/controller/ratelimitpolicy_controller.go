@@ -28,8 +28,9 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/predicate"
 
 	"github.com/sluice-dev/sluice/api/v1alpha1"
+	"github.com/sluice-dev/sluice/internal/inject"
 	"github.com/sluice-dev/sluice/internal/policy"
-	"github.com/sluice-dev/sluice/internal/webhook"
+	"github.com/sluice-dev/sluice/internal/render"
 )
 
 // ManagedByLabel marks the ConfigMaps the controller writes; the manager caches only those.
@@ -67,7 +68,7 @@ func (r *RateLimitPolicyReconciler) Reconcile(ctx context.Context, req ctrl.Requ
 	if err := r.List(ctx, &pods, client.InNamespace(ns)); err != nil {
 		return ctrl.Result{}, err
 	}
-	doc, verdicts := policy.Build(ns, list.Items, podSet(pods.Items))
+	doc, verdicts := render.Build(ns, list.Items, podSet(pods.Items))
 
 	changed, hash, renderErr := r.writeConfigMap(ctx, doc, list.Items)
 	if renderErr == nil && changed {
@@ -143,7 +144,7 @@ func (r *RateLimitPolicyReconciler) writeConfigMap(ctx context.Context, doc *pol
 
 // updateStatus sets the policy's conditions from its verdict and patches the status once, and
 // only when it changed.
-func (r *RateLimitPolicyReconciler) updateStatus(ctx context.Context, p *v1alpha1.RateLimitPolicy, v policy.Verdict, uninjected []*corev1.Pod, hash string, renderErr error) error {
+func (r *RateLimitPolicyReconciler) updateStatus(ctx context.Context, p *v1alpha1.RateLimitPolicy, v render.Verdict, uninjected []*corev1.Pod, hash string, renderErr error) error {
 	before := p.DeepCopy()
 	now := metav1.NewTime(r.Clock.Now())
 	set := func(c metav1.Condition) {
@@ -156,7 +157,7 @@ func (r *RateLimitPolicyReconciler) updateStatus(ctx context.Context, p *v1alpha
 	st.ObservedGeneration = p.Generation
 	st.MatchedPods = v.MatchedPods
 	st.UninjectedPods = int32(len(uninjected))
-	st.Summary = policy.Summary(p)
+	st.Summary = render.Summary(p)
 	switch {
 	case v.Err != nil:
 		reason := v1alpha1.ReasonInvalid
@@ -224,7 +225,7 @@ func (r *RateLimitPolicyReconciler) recordUninjected(before, after *v1alpha1.Rat
 		r.Recorder.Eventf(after, pod, corev1.EventTypeWarning, ReasonSidecarMissing, "Inject",
 			"Pod %s is annotated %s: \"true\" but runs without the %s container, so this policy is not enforced on it; "+
 				"the injection webhook was unreachable when it was created. Recreate the pod once the manager is ready.",
-			pod.Name, webhook.AnnotationInject, webhook.ContainerName)
+			pod.Name, inject.AnnotationInject, inject.ContainerName)
 	}
 }
 
@@ -242,7 +243,7 @@ func uninjected(p *v1alpha1.RateLimitPolicy, pods []corev1.Pod) []*corev1.Pod {
 	var out []*corev1.Pod
 	for i := range pods {
 		pod := &pods[i]
-		if pod.DeletionTimestamp.IsZero() && !isDone(pod) && webhook.Uninjected(pod) && sel.Matches(labels.Set(pod.Labels)) {
+		if pod.DeletionTimestamp.IsZero() && !isDone(pod) && uninjectedPod(pod) && sel.Matches(labels.Set(pod.Labels)) {
 			out = append(out, pod)
 		}
 	}
@@ -263,7 +264,7 @@ func equalStatus(a, b v1alpha1.RateLimitPolicyStatus) bool {
 	return reflect.DeepEqual(strip(a), strip(b))
 }
 
-// podSet answers policy.Build's questions from a namespace's pods.
+// podSet answers render.Build's questions from a namespace's pods.
 type podSet []corev1.Pod
 
 func (s podSet) Ready(sel labels.Selector) int32 {
@@ -310,7 +311,7 @@ func podUpdateMatters(e event.UpdateEvent) bool {
 	newPod, ok2 := e.ObjectNew.(*corev1.Pod)
 	return !ok1 || !ok2 || isReady(oldPod) != isReady(newPod) || !reflect.DeepEqual(oldPod.Labels, newPod.Labels) ||
 		oldPod.DeletionTimestamp.IsZero() != newPod.DeletionTimestamp.IsZero() ||
-		webhook.Uninjected(oldPod) != webhook.Uninjected(newPod) || isDone(oldPod) != isDone(newPod)
+		uninjectedPod(oldPod) != uninjectedPod(newPod) || isDone(oldPod) != isDone(newPod)
 }
 
 // SetupWithManager watches what the rendering derives from: policies, pods (their labels and

@@ -85,7 +85,7 @@ var _ = Describe("RateLimitPolicy controller", func() {
 				Name: "per-client", Algorithm: "TokenBucket", Limit: 10, WindowMs: 60_000, Burst: 20, Cost: 1, Mode: "Enforce",
 				Key: []policy.KeyPart{{Source: "clientIP"}, {Source: "header", Name: "X-Api-Key"}},
 			}))
-			g.Expect(doc.Policies[0].FailureMode).To(Equal("Local"))
+			g.Expect(doc.Policies[0].FailureMode).To(Equal(policy.FailureLocal))
 			g.Expect(doc.Policies[0].Response).To(Equal(policy.Response{StatusCode: 429, Headers: "Both"}))
 		}).Should(Succeed())
 

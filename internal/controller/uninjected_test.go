@@ -12,13 +12,13 @@ import (
 
 	"github.com/sluice-dev/sluice/api/v1alpha1"
 	"github.com/sluice-dev/sluice/internal/controller"
-	"github.com/sluice-dev/sluice/internal/webhook"
+	"github.com/sluice-dev/sluice/internal/inject"
 )
 
 // annotated marks a pod as asking for the sidecar; this suite runs no webhook, so it stays
 // without one unless the test adds it.
 func annotated(pod *corev1.Pod) *corev1.Pod {
-	pod.Annotations = map[string]string{webhook.AnnotationInject: "true"}
+	pod.Annotations = map[string]string{inject.AnnotationInject: "true"}
 	return pod
 }
 
@@ -49,12 +49,12 @@ var _ = Describe("Pods that ask for the sidecar but run without it", func() {
 		By("creating an uninjected pod, an injected one, one not asking, and one another policy selects")
 		Expect(k8sClient.Create(ctx, annotated(newPod(ns, "bare", map[string]string{"app": "web"})))).To(Succeed())
 		injected := annotated(newPod(ns, "injected", map[string]string{"app": "web"}))
-		injected.Spec.InitContainers = []corev1.Container{{Name: webhook.ContainerName, Image: "example.invalid/sidecar:1",
+		injected.Spec.InitContainers = []corev1.Container{{Name: inject.ContainerName, Image: "example.invalid/sidecar:1",
 			RestartPolicy: ptr.To(corev1.ContainerRestartPolicyAlways)}}
 		Expect(k8sClient.Create(ctx, injected)).To(Succeed())
 		Expect(k8sClient.Create(ctx, newPod(ns, "plain", map[string]string{"app": "web"}))).To(Succeed())
 		optedOut := newPod(ns, "opted-out", map[string]string{"app": "web"})
-		optedOut.Annotations = map[string]string{webhook.AnnotationInject: "false"}
+		optedOut.Annotations = map[string]string{inject.AnnotationInject: "false"}
 		Expect(k8sClient.Create(ctx, optedOut)).To(Succeed())
 		Expect(k8sClient.Create(ctx, annotated(newPod(ns, "elsewhere", map[string]string{"app": "other"})))).To(Succeed())
 

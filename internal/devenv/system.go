@@ -21,6 +21,7 @@ import (
 	ctrlwebhook "sigs.k8s.io/controller-runtime/pkg/webhook"
 
 	"github.com/sluice-dev/sluice/internal/controller"
+	"github.com/sluice-dev/sluice/internal/inject"
 	"github.com/sluice-dev/sluice/internal/testutil/envtestassets"
 	"github.com/sluice-dev/sluice/internal/testutil/redisserver"
 	"github.com/sluice-dev/sluice/internal/upstream"
@@ -188,9 +189,9 @@ func (s *System) RunPod(ctx context.Context, pod *corev1.Pod, ip string) (*Pod, 
 		return nil, fmt.Errorf("creating pod %s: %w", pod.Name, err)
 	}
 	if !webhook.HasSidecar(pod) {
-		return nil, fmt.Errorf("pod %s was not injected: is it annotated %s: \"true\"?", pod.Name, webhook.AnnotationInject)
+		return nil, fmt.Errorf("pod %s was not injected: is it annotated %s: \"true\"?", pod.Name, inject.AnnotationInject)
 	}
-	appPort := pod.Annotations[webhook.AnnotationUpstreamPort]
+	appPort := pod.Annotations[inject.AnnotationUpstreamPort]
 	if appPort == "" && len(pod.Spec.Containers) > 0 && len(pod.Spec.Containers[0].Ports) > 0 {
 		appPort = strconv.Itoa(int(pod.Spec.Containers[0].Ports[0].ContainerPort))
 	}
@@ -210,8 +211,8 @@ func (s *System) RunPod(ctx context.Context, pod *corev1.Pod, ip string) (*Pod, 
 		_ = srv.Close()
 		return nil, err
 	}
-	listen := strconv.Itoa(int(webhook.DefaultListenPort))
-	if v := pod.Annotations[webhook.AnnotationListenPort]; v != "" {
+	listen := strconv.Itoa(int(inject.DefaultListenPort))
+	if v := pod.Annotations[inject.AnnotationListenPort]; v != "" {
 		listen = v
 	}
 	p := &Pod{RunningPod: rp, App: app, URL: "http://" + net.JoinHostPort(ip, listen), app: srv}

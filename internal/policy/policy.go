@@ -1,6 +1,8 @@
 // Package policy defines policies.json, the rendered form of a namespace's RateLimitPolicies
-// that injected sidecars read, and compiles API objects into it. It is the one contract between
-// the controller (writer), `sluicectl render` (writer) and the sidecar (reader).
+// that injected sidecars read, and its typed vocabularies (failure modes, header styles, rule
+// modes). It is the one contract between the controller and `sluicectl render` (writers, both
+// through package render, which compiles API objects into this format) and the sidecar and the
+// RLS server (readers). It does not know the API types, so that readers do not link them.
 package policy
 
 import (
@@ -11,7 +13,6 @@ import (
 	"errors"
 	"fmt"
 	"net/netip"
-	"net/textproto"
 	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -49,18 +50,52 @@ type Policy struct {
 	Selector metav1.LabelSelector `json:"selector"`
 	// Replicas is the number of ready pods Selector matched when rendered; the local fallback
 	// divides limits by max(1, Replicas).
-	Replicas       int32    `json:"replicas"`
-	FailureMode    string   `json:"failureMode"`
-	TrustedProxies []string `json:"trustedProxies,omitempty"`
-	Response       Response `json:"response"`
-	Rules          []Rule   `json:"rules"`
+	Replicas       int32       `json:"replicas"`
+	FailureMode    FailureMode `json:"failureMode"`
+	TrustedProxies []string    `json:"trustedProxies,omitempty"`
+	Response       Response    `json:"response"`
+	Rules          []Rule      `json:"rules"`
 }
+
+// FailureMode is what a sidecar does with a policy's requests while Redis cannot decide.
+type FailureMode string
+
+// The failure modes; the API's enum (v1alpha1.FailureMode) has the same values.
+const (
+	// FailureLocal decides with an in-process limiter holding this pod's share of each limit.
+	FailureLocal FailureMode = "Local"
+	// FailureOpen admits every request.
+	FailureOpen FailureMode = "Open"
+	// FailureClosed rejects every request with 503.
+	FailureClosed FailureMode = "Closed"
+)
 
 // Response shapes a sidecar's answers.
 type Response struct {
-	StatusCode int    `json:"statusCode"`
-	Headers    string `json:"headers"`
+	StatusCode int         `json:"statusCode"`
+	Headers    HeaderStyle `json:"headers"`
 }
+
+// HeaderStyle selects the rate-limit headers of a sidecar's answers.
+type HeaderStyle string
+
+// The header styles; the API's enum (v1alpha1.HeaderStyle) has the same values.
+const (
+	// HeadersDraft sends the IETF draft's RateLimit and RateLimit-Policy fields.
+	HeadersDraft HeaderStyle = "Draft"
+	// HeadersLegacy sends X-RateLimit-Limit, -Remaining and -Reset.
+	HeadersLegacy HeaderStyle = "Legacy"
+	// HeadersBoth sends both.
+	HeadersBoth HeaderStyle = "Both"
+	// HeadersNone sends neither; Retry-After goes with a rejection in every style.
+	HeadersNone HeaderStyle = "None"
+)
+
+// Draft reports whether the style includes the draft's fields.
+func (h HeaderStyle) Draft() bool { return h == HeadersDraft || h == HeadersBoth }
+
+// Legacy reports whether the style includes the X-RateLimit- headers.
+func (h HeaderStyle) Legacy() bool { return h == HeadersLegacy || h == HeadersBoth }
 
 // Rule is one limit with integer parameters.
 type Rule struct {
@@ -77,10 +112,20 @@ type Rule struct {
 	MaxDelayMs int64  `json:"maxDelayMs,omitempty"`
 	Cost       int64  `json:"cost"`
 	// CostHeader is the canonical name of the header that may carry the cost.
-	CostHeader string `json:"costHeader,omitempty"`
-	// Mode is Enforce or Shadow.
-	Mode string `json:"mode"`
+	CostHeader string   `json:"costHeader,omitempty"`
+	Mode       RuleMode `json:"mode"`
 }
+
+// RuleMode says whether a rule rejects requests or only counts them.
+type RuleMode string
+
+// The rule modes; the API's enum (v1alpha1.RuleMode) has the same values.
+const (
+	// Enforce rejects (or delays) requests over the limit.
+	Enforce RuleMode = "Enforce"
+	// Shadow counts and reports, but never rejects or delays.
+	Shadow RuleMode = "Shadow"
+)
 
 // Match selects requests; header names are canonical (textproto.CanonicalMIMEHeaderKey).
 type Match struct {
@@ -140,19 +185,20 @@ func (d *Document) Validate() error {
 	}
 	var errs []error
 	for i, p := range d.Policies {
-		if err := p.validate(); err != nil {
+		if err := p.Validate(); err != nil {
 			errs = append(errs, fmt.Errorf("policies[%d] (%s): %w", i, p.Name, err))
 		}
 	}
 	return errors.Join(errs...)
 }
 
-func (p Policy) validate() error {
+// Validate checks one policy as Document.Validate does; render calls it on what it compiled.
+func (p Policy) Validate() error {
 	if _, err := metav1.LabelSelectorAsSelector(&p.Selector); err != nil {
 		return fmt.Errorf("selector: %w", err)
 	}
 	switch p.FailureMode {
-	case "Local", "Open", "Closed":
+	case FailureLocal, FailureOpen, FailureClosed:
 	default:
 		return fmt.Errorf("failureMode %q is not Local, Open or Closed", p.FailureMode)
 	}
@@ -165,7 +211,7 @@ func (p Policy) validate() error {
 		return fmt.Errorf("response.statusCode %d is outside 400..599", p.Response.StatusCode)
 	}
 	switch p.Response.Headers {
-	case "Draft", "Legacy", "Both", "None":
+	case HeadersDraft, HeadersLegacy, HeadersBoth, HeadersNone:
 	default:
 		return fmt.Errorf("response.headers %q is not Draft, Legacy, Both or None", p.Response.Headers)
 	}
@@ -187,7 +233,7 @@ func (r Rule) validate() error {
 	if r.Cost < 1 || r.Cost > r.LimiterLimit().Capacity() {
 		return fmt.Errorf("cost %d is outside 1..%d", r.Cost, r.LimiterLimit().Capacity())
 	}
-	if r.Mode != "Enforce" && r.Mode != "Shadow" {
+	if r.Mode != Enforce && r.Mode != Shadow {
 		return fmt.Errorf("mode %q is not Enforce or Shadow", r.Mode)
 	}
 	if len(r.Key) == 0 {
@@ -220,7 +266,7 @@ func Parse(data []byte) (*Document, error) {
 	return &d, nil
 }
 
-// Marshal encodes a document deterministically: policies sorted by the caller (Build sorts),
+// Marshal encodes a document deterministically: policies sorted by the caller (render.Build sorts),
 // fields in declaration order, two-space indentation and a final newline.
 func Marshal(d *Document) ([]byte, error) {
 	if d.Policies == nil {
@@ -238,5 +284,3 @@ func Hash(data []byte) string {
 	sum := sha256.Sum256(data)
 	return hex.EncodeToString(sum[:])
 }
-
-func canonicalHeader(name string) string { return textproto.CanonicalMIMEHeaderKey(name) }

@@ -6,8 +6,6 @@ import (
 	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-
-	"github.com/sluice-dev/sluice/api/v1alpha1"
 )
 
 func validDoc() *Document {
@@ -86,54 +84,5 @@ func TestMarshalIsDeterministicAndRoundTrips(t *testing.T) {
 	}
 	if !d.Policies[0].Selects(map[string]string{"app": "web", "x": "y"}) || d.Policies[0].Selects(map[string]string{"app": "db"}) {
 		t.Fatal("Selects disagrees with the selector")
-	}
-}
-
-func TestCompileAppliesDefaultsAndNormalises(t *testing.T) {
-	p := &v1alpha1.RateLimitPolicy{}
-	p.Name = "p"
-	p.Spec.Rules = []v1alpha1.Rule{
-		{Name: "z", Key: []v1alpha1.KeyPart{{Header: &v1alpha1.HeaderKey{Name: "x-api-key"}}}, Algorithm: v1alpha1.LeakyBucket, Limit: 5, Window: "1m30s",
-			Match: &v1alpha1.RuleMatch{Methods: []v1alpha1.HTTPMethod{"POST", "GET"}, Headers: []v1alpha1.HeaderMatch{{Name: "x-tier", Value: "free"}}}},
-		{Name: "a", Key: []v1alpha1.KeyPart{{ClientIP: &v1alpha1.ClientIPKey{}}}, Algorithm: v1alpha1.FixedWindow, Limit: 7, Window: "500ms", CostHeader: "x-cost"},
-	}
-	got, err := Compile(p)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if got.FailureMode != "Local" || got.Response != (Response{429, "Both"}) {
-		t.Errorf("policy defaults: %+v", got)
-	}
-	if got.Rules[0].Name != "a" || got.Rules[1].Name != "z" {
-		t.Errorf("rules not sorted by name: %v, %v", got.Rules[0].Name, got.Rules[1].Name)
-	}
-	a, z := got.Rules[0], got.Rules[1]
-	if a.Burst != 0 || a.WindowMs != 500 || a.Cost != 1 || a.Mode != "Enforce" || a.CostHeader != "X-Cost" {
-		t.Errorf("rule a: %+v", a)
-	}
-	if z.Burst != 5 || z.LeakyMode != "Meter" || z.WindowMs != 90_000 || z.Key[0].Name != "X-Api-Key" ||
-		strings.Join(z.Match.Methods, ",") != "GET,POST" || z.Match.Headers[0].Name != "X-Tier" {
-		t.Errorf("rule z: %+v %+v", z, z.Match)
-	}
-	p.Spec.Rules[0].Window = "1500us"
-	if _, err := Compile(p); err == nil || !strings.Contains(err.Error(), "spec.rules[0] (z): window") {
-		t.Errorf("a sub-millisecond window compiled: %v", err)
-	}
-}
-
-func TestBuildFixedReplicas(t *testing.T) {
-	mk := func(name string, sel map[string]string) v1alpha1.RateLimitPolicy {
-		p := v1alpha1.RateLimitPolicy{}
-		p.Name = name
-		p.Spec.PodSelector = metav1.LabelSelector{MatchLabels: sel}
-		p.Spec.Rules = []v1alpha1.Rule{{Name: "r", Key: []v1alpha1.KeyPart{{Method: &v1alpha1.MethodKey{}}}, Algorithm: v1alpha1.TokenBucket, Limit: 1, Window: "1s"}}
-		return p
-	}
-	doc, verdicts := Build("ns", []v1alpha1.RateLimitPolicy{mk("b", map[string]string{"app": "x"}), mk("a", map[string]string{"app": "x"}), mk("c", map[string]string{"app": "y"})}, FixedReplicas(3))
-	if len(doc.Policies) != 2 || doc.Policies[0].Name != "a" || doc.Policies[1].Name != "c" || doc.Policies[0].Replicas != 3 {
-		t.Fatalf("document: %+v", doc.Policies)
-	}
-	if v := verdicts["b"]; !v.Conflict || !strings.Contains(v.Err.Error(), `policy "a"`) {
-		t.Fatalf("b: %+v", v)
 	}
 }

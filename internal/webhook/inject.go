@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"net/url"
+	"path"
 	"slices"
 	"strconv"
 	"strings"
@@ -16,59 +17,13 @@ import (
 	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/utils/ptr"
 
+	"github.com/sluice-dev/sluice/internal/inject"
+	"github.com/sluice-dev/sluice/internal/limiter/redisstore"
 	"github.com/sluice-dev/sluice/internal/policy"
 )
 
-// The annotations a pod (in practice, a workload's pod template) uses to ask for the sidecar.
-// Only AnnotationInject is needed; the others override one setting for that pod.
-const (
-	// AnnotationInject: "true" injects the sidecar. Any other value, or none, leaves the pod alone.
-	AnnotationInject = "sluice.dev/inject"
-	// AnnotationUpstreamPort is the port the application listens on, which the sidecar proxies
-	// to on 127.0.0.1. Default: the first port of the first container.
-	AnnotationUpstreamPort = "sluice.dev/upstream-port"
-	// AnnotationListenPort is the port the sidecar serves on, named PortName. Default 8081.
-	AnnotationListenPort = "sluice.dev/listen-port"
-	// AnnotationMetricsPort is the port of the sidecar's metrics, /healthz and /readyz,
-	// named MetricsPortName. Default 9090.
-	AnnotationMetricsPort = "sluice.dev/metrics-port"
-	// AnnotationImage replaces the manager's sidecar image for this pod.
-	AnnotationImage = "sluice.dev/image"
-	// AnnotationCPURequest, AnnotationCPULimit, AnnotationMemoryRequest and
-	// AnnotationMemoryLimit replace one of the sidecar's resources (a quantity such as 100m or
-	// 64Mi); "0" removes it.
-	AnnotationCPURequest    = "sluice.dev/cpu-request"
-	AnnotationCPULimit      = "sluice.dev/cpu-limit"
-	AnnotationMemoryRequest = "sluice.dev/memory-request"
-	AnnotationMemoryLimit   = "sluice.dev/memory-limit"
-	// AnnotationRedisTimeout bounds each Redis call of the sidecar, a Go duration from 1ms to 10s.
-	AnnotationRedisTimeout = "sluice.dev/redis-timeout"
-)
-
-// Names and defaults of what is injected.
-const (
-	// ContainerName is the sidecar's name. A pod that has a container (or init container) of
-	// this name is never changed, which makes injection idempotent.
-	ContainerName = "sluice-sidecar"
-	// PortName names the sidecar's serving port, for a Service's targetPort.
-	PortName = "sluice-http"
-	// MetricsPortName names the port of metrics and health endpoints.
-	MetricsPortName = "sluice-metrics"
-	// PoliciesVolume and PodInfoVolume are the volumes added to the pod.
-	PoliciesVolume = "sluice-policies"
-	PodInfoVolume  = "sluice-podinfo"
-	// PoliciesDir and PodInfoDir are where they are mounted in the sidecar.
-	PoliciesDir = "/etc/sluice"
-	PodInfoDir  = "/etc/podinfo"
-	// RedisPasswordEnv is the environment variable that carries the Redis password from a
-	// Secret; the sidecar uses it as the password of --redis-url.
-	RedisPasswordEnv = "SLUICE_REDIS_PASSWORD" //nolint:gosec // the name of a variable, not a credential
-	// UID is the user and group the sidecar runs as: distroless's "nonroot".
-	UID int64 = 65532
-
-	DefaultListenPort  int32 = 8081
-	DefaultMetricsPort int32 = 9090
-)
+// UID is the user and group the sidecar runs as: distroless's "nonroot".
+const UID int64 = 65532
 
 // DefaultResources are the sidecar's resources when neither the manager nor the pod says
 // otherwise: a request that lets a small proxy schedule anywhere, a memory limit above the
@@ -147,28 +102,25 @@ func (c *Config) redisURL() (string, error) {
 	if err != nil {
 		return "", errors.New("redis URL does not parse") // the URL may hold a password: do not echo it
 	}
-	base, topology, _ := strings.Cut(u.Scheme, "+")
-	if base != "redis" && base != "rediss" || (topology != "" && topology != "cluster" && topology != "sentinel") {
-		return "", fmt.Errorf("redis URL scheme %q is not redis, rediss, redis+cluster, rediss+cluster, redis+sentinel or rediss+sentinel", u.Scheme)
+	scheme, err := redisstore.ParseScheme(u.Scheme)
+	if err != nil {
+		return "", err
 	}
-	if c.RedisTLS && base == "redis" {
-		u.Scheme = "rediss" + strings.TrimPrefix(u.Scheme, "redis")
+	if c.RedisTLS && !scheme.TLS {
+		scheme.TLS = true
+		u.Scheme = scheme.String()
 	}
 	return u.String(), nil
 }
 
 // Wants reports whether a pod asks for the sidecar.
-func Wants(pod *corev1.Pod) bool { return pod.Annotations[AnnotationInject] == "true" }
+func Wants(pod *corev1.Pod) bool { return inject.Wants(pod.Annotations) }
 
-// HasSidecar reports whether a pod has a container or init container named ContainerName.
+// HasSidecar reports whether a pod has a container or init container named inject.ContainerName.
 func HasSidecar(pod *corev1.Pod) bool {
-	named := func(c corev1.Container) bool { return c.Name == ContainerName }
+	named := func(c corev1.Container) bool { return c.Name == inject.ContainerName }
 	return slices.ContainsFunc(pod.Spec.InitContainers, named) || slices.ContainsFunc(pod.Spec.Containers, named)
 }
-
-// Uninjected reports whether a pod asks for the sidecar but runs without it, as happens when
-// the webhook was unreachable when the pod was created.
-func Uninjected(pod *corev1.Pod) bool { return Wants(pod) && !HasSidecar(pod) }
 
 // Mutate injects the sidecar into pod when it asks for it and does not have it yet. It returns
 // whether it changed the pod, and an error naming the annotation when an annotation's value
@@ -182,8 +134,8 @@ func (c *Config) Mutate(pod *corev1.Pod) (bool, error) {
 		return false, err
 	}
 	for _, v := range pod.Spec.Volumes {
-		if v.Name == PoliciesVolume || v.Name == PodInfoVolume {
-			return false, fmt.Errorf("%s: the pod already has a volume named %q, which the sidecar needs", AnnotationInject, v.Name)
+		if v.Name == inject.PoliciesVolume || v.Name == inject.PodInfoVolume {
+			return false, fmt.Errorf("%s: the pod already has a volume named %q, which the sidecar needs", inject.AnnotationInject, v.Name)
 		}
 	}
 	pod.Spec.Volumes = append(pod.Spec.Volumes, volumes()...)
@@ -201,7 +153,7 @@ type options struct {
 
 func (c *Config) options(pod *corev1.Pod) (options, error) {
 	a := pod.Annotations
-	o := options{image: c.Image, listenPort: DefaultListenPort, metrics: DefaultMetricsPort, redisTimeout: c.RedisTimeout}
+	o := options{image: c.Image, listenPort: inject.DefaultListenPort, metrics: inject.DefaultMetricsPort, redisTimeout: c.RedisTimeout}
 	if c.Resources != nil {
 		o.resources = *c.Resources.DeepCopy()
 	} else {
@@ -224,31 +176,31 @@ func (c *Config) options(pod *corev1.Pod) (options, error) {
 		}
 		*into = int32(n)
 	}
-	port(AnnotationListenPort, &o.listenPort)
-	port(AnnotationMetricsPort, &o.metrics)
-	if _, ok := a[AnnotationUpstreamPort]; ok {
-		port(AnnotationUpstreamPort, &o.upstreamPort)
+	port(inject.AnnotationListenPort, &o.listenPort)
+	port(inject.AnnotationMetricsPort, &o.metrics)
+	if _, ok := a[inject.AnnotationUpstreamPort]; ok {
+		port(inject.AnnotationUpstreamPort, &o.upstreamPort)
 	} else if len(pod.Spec.Containers) > 0 && len(pod.Spec.Containers[0].Ports) > 0 {
 		o.upstreamPort = pod.Spec.Containers[0].Ports[0].ContainerPort
 	} else {
-		errs = append(errs, fmt.Errorf("%s: not set, and the first container declares no port to default to; set it to the port the application listens on", AnnotationUpstreamPort))
+		errs = append(errs, fmt.Errorf("%s: not set, and the first container declares no port to default to; set it to the port the application listens on", inject.AnnotationUpstreamPort))
 	}
 
-	if v, ok := a[AnnotationImage]; ok {
+	if v, ok := a[inject.AnnotationImage]; ok {
 		if err := validImage(v); err != nil {
-			fail(AnnotationImage, "%v", err)
+			fail(inject.AnnotationImage, "%v", err)
 		} else {
 			o.image = v
 		}
 	}
 	errs = append(errs, parseResources(a, &o.resources)...)
-	if v, ok := a[AnnotationRedisTimeout]; ok {
+	if v, ok := a[inject.AnnotationRedisTimeout]; ok {
 		d, err := time.ParseDuration(v)
 		if err == nil {
 			err = validTimeout(d)
 		}
 		if err != nil {
-			fail(AnnotationRedisTimeout, "is not a duration from 1ms to 10s, such as 50ms")
+			fail(inject.AnnotationRedisTimeout, "is not a duration from 1ms to 10s, such as 50ms")
 		} else {
 			o.redisTimeout = d
 		}
@@ -259,18 +211,18 @@ func (c *Config) options(pod *corev1.Pod) (options, error) {
 
 	// The sidecar shares the pod's network namespace: its ports must be free there.
 	if o.listenPort == o.upstreamPort {
-		return options{}, fmt.Errorf("%s: %d is also the upstream port (%s); the sidecar must listen on another port", AnnotationListenPort, o.listenPort, AnnotationUpstreamPort)
+		return options{}, fmt.Errorf("%s: %d is also the upstream port (%s); the sidecar must listen on another port", inject.AnnotationListenPort, o.listenPort, inject.AnnotationUpstreamPort)
 	}
 	if o.listenPort == o.metrics {
-		return options{}, fmt.Errorf("%s: %d is also the listen port (%s)", AnnotationMetricsPort, o.metrics, AnnotationListenPort)
+		return options{}, fmt.Errorf("%s: %d is also the listen port (%s)", inject.AnnotationMetricsPort, o.metrics, inject.AnnotationListenPort)
 	}
 	for _, ctr := range slices.Concat(pod.Spec.InitContainers, pod.Spec.Containers) {
 		for _, p := range ctr.Ports {
 			if p.ContainerPort == o.listenPort {
-				return options{}, fmt.Errorf("%s: port %d is taken by container %q; choose another port for the sidecar", AnnotationListenPort, o.listenPort, ctr.Name)
+				return options{}, fmt.Errorf("%s: port %d is taken by container %q; choose another port for the sidecar", inject.AnnotationListenPort, o.listenPort, ctr.Name)
 			}
 			if p.ContainerPort == o.metrics {
-				return options{}, fmt.Errorf("%s: port %d is taken by container %q; choose another port for the sidecar's metrics", AnnotationMetricsPort, o.metrics, ctr.Name)
+				return options{}, fmt.Errorf("%s: port %d is taken by container %q; choose another port for the sidecar's metrics", inject.AnnotationMetricsPort, o.metrics, ctr.Name)
 			}
 		}
 	}
@@ -285,10 +237,10 @@ func parseResources(a map[string]string, r *corev1.ResourceRequirements) []error
 		list       *corev1.ResourceList
 		name       corev1.ResourceName
 	}{
-		{AnnotationCPURequest, &r.Requests, corev1.ResourceCPU},
-		{AnnotationCPULimit, &r.Limits, corev1.ResourceCPU},
-		{AnnotationMemoryRequest, &r.Requests, corev1.ResourceMemory},
-		{AnnotationMemoryLimit, &r.Limits, corev1.ResourceMemory},
+		{inject.AnnotationCPURequest, &r.Requests, corev1.ResourceCPU},
+		{inject.AnnotationCPULimit, &r.Limits, corev1.ResourceCPU},
+		{inject.AnnotationMemoryRequest, &r.Requests, corev1.ResourceMemory},
+		{inject.AnnotationMemoryLimit, &r.Limits, corev1.ResourceMemory},
 	} {
 		v, ok := a[q.annotation]
 		if !ok {
@@ -320,9 +272,9 @@ func parseResources(a map[string]string, r *corev1.ResourceRequirements) []error
 
 func annotationsOf(name corev1.ResourceName) string {
 	if name == corev1.ResourceCPU {
-		return AnnotationCPURequest + ", " + AnnotationCPULimit
+		return inject.AnnotationCPURequest + ", " + inject.AnnotationCPULimit
 	}
-	return AnnotationMemoryRequest + ", " + AnnotationMemoryLimit
+	return inject.AnnotationMemoryRequest + ", " + inject.AnnotationMemoryLimit
 }
 
 func validImage(s string) error {
@@ -343,24 +295,24 @@ func validTimeout(d time.Duration) error {
 // stored pod holds exactly what is written here.
 func (c *Config) container(o options) corev1.Container {
 	args := []string{
-		fmt.Sprintf("--listen=:%d", o.listenPort),
-		fmt.Sprintf("--upstream=http://127.0.0.1:%d", o.upstreamPort),
-		"--config=" + PoliciesDir + "/" + policy.DataKey,
-		"--pod-labels-file=" + PodInfoDir + "/labels",
-		fmt.Sprintf("--metrics-listen=:%d", o.metrics),
+		inject.Arg(inject.FlagListen, fmt.Sprintf(":%d", o.listenPort)),
+		inject.Arg(inject.FlagUpstream, fmt.Sprintf("http://127.0.0.1:%d", o.upstreamPort)),
+		inject.Arg(inject.FlagConfig, path.Join(inject.PoliciesDir, policy.DataKey)),
+		inject.Arg(inject.FlagPodLabelsFile, path.Join(inject.PodInfoDir, inject.PodLabelsFile)),
+		inject.Arg(inject.FlagMetricsListen, fmt.Sprintf(":%d", o.metrics)),
 	}
 	var env []corev1.EnvVar
 	if c.RedisURL != "" {
 		u, _ := c.redisURL() // Validate checked it
-		args = append(args, "--redis-url="+u)
+		args = append(args, inject.Arg(inject.FlagRedisURL, u))
 		if s := c.RedisPasswordSecret; s != nil {
-			env = append(env, corev1.EnvVar{Name: RedisPasswordEnv, ValueFrom: &corev1.EnvVarSource{
+			env = append(env, corev1.EnvVar{Name: inject.EnvRedisPassword, ValueFrom: &corev1.EnvVarSource{
 				SecretKeyRef: &corev1.SecretKeySelector{LocalObjectReference: s.LocalObjectReference, Key: s.Key, Optional: ptr.To(false)},
 			}})
 		}
 	}
 	if o.redisTimeout != 0 {
-		args = append(args, "--redis-timeout="+o.redisTimeout.String())
+		args = append(args, inject.Arg(inject.FlagRedisTimeout, o.redisTimeout.String()))
 	}
 	probe := func(path string, period, failures int32) *corev1.Probe {
 		return &corev1.Probe{
@@ -375,12 +327,12 @@ func (c *Config) container(o options) corev1.Container {
 		pull = corev1.PullIfNotPresent
 	}
 	return corev1.Container{
-		Name:  ContainerName,
+		Name:  inject.ContainerName,
 		Image: o.image,
 		Args:  args,
 		Ports: []corev1.ContainerPort{
-			{Name: PortName, ContainerPort: o.listenPort, Protocol: corev1.ProtocolTCP},
-			{Name: MetricsPortName, ContainerPort: o.metrics, Protocol: corev1.ProtocolTCP},
+			{Name: inject.PortName, ContainerPort: o.listenPort, Protocol: corev1.ProtocolTCP},
+			{Name: inject.MetricsPortName, ContainerPort: o.metrics, Protocol: corev1.ProtocolTCP},
 		},
 		Env:       env,
 		Resources: o.resources,
@@ -388,8 +340,8 @@ func (c *Config) container(o options) corev1.Container {
 		// containers, stopped after them.
 		RestartPolicy: ptr.To(corev1.ContainerRestartPolicyAlways),
 		VolumeMounts: []corev1.VolumeMount{
-			{Name: PoliciesVolume, MountPath: PoliciesDir, ReadOnly: true},
-			{Name: PodInfoVolume, MountPath: PodInfoDir, ReadOnly: true},
+			{Name: inject.PoliciesVolume, MountPath: inject.PoliciesDir, ReadOnly: true},
+			{Name: inject.PodInfoVolume, MountPath: inject.PodInfoDir, ReadOnly: true},
 		},
 		// The application starts once the sidecar answers /healthz (up to 30s).
 		StartupProbe:             probe("/healthz", 1, 30),
@@ -416,14 +368,14 @@ func (c *Config) container(o options) corev1.Container {
 // policies that apply to it and change when the labels do.
 func volumes() []corev1.Volume {
 	return []corev1.Volume{
-		{Name: PoliciesVolume, VolumeSource: corev1.VolumeSource{ConfigMap: &corev1.ConfigMapVolumeSource{
+		{Name: inject.PoliciesVolume, VolumeSource: corev1.VolumeSource{ConfigMap: &corev1.ConfigMapVolumeSource{
 			LocalObjectReference: corev1.LocalObjectReference{Name: policy.ConfigMapName},
 			Optional:             ptr.To(true),
 			DefaultMode:          ptr.To[int32](0o444),
 		}}},
-		{Name: PodInfoVolume, VolumeSource: corev1.VolumeSource{DownwardAPI: &corev1.DownwardAPIVolumeSource{
+		{Name: inject.PodInfoVolume, VolumeSource: corev1.VolumeSource{DownwardAPI: &corev1.DownwardAPIVolumeSource{
 			Items: []corev1.DownwardAPIVolumeFile{{
-				Path: "labels", FieldRef: &corev1.ObjectFieldSelector{APIVersion: "v1", FieldPath: "metadata.labels"},
+				Path: inject.PodLabelsFile, FieldRef: &corev1.ObjectFieldSelector{APIVersion: "v1", FieldPath: "metadata.labels"},
 			}},
 			DefaultMode: ptr.To[int32](0o444),
 		}}},

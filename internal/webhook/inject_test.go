@@ -9,6 +9,8 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/sluice-dev/sluice/internal/inject"
 )
 
 func pod(annotations map[string]string) *corev1.Pod {
@@ -85,7 +87,7 @@ func TestRedisSettings(t *testing.T) {
 			if err := tc.config.Validate(); err != nil {
 				t.Fatal(err)
 			}
-			p := pod(map[string]string{AnnotationInject: "true"})
+			p := pod(map[string]string{inject.AnnotationInject: "true"})
 			if changed, err := tc.config.Mutate(p); !changed || err != nil {
 				t.Fatalf("Mutate() = %v, %v; want true, nil", changed, err)
 			}
@@ -93,7 +95,7 @@ func TestRedisSettings(t *testing.T) {
 			if got := c.Args[5:]; !reflect.DeepEqual(got, tc.wantArgs) && len(got)+len(tc.wantArgs) > 0 {
 				t.Errorf("redis args = %q, want %q", got, tc.wantArgs)
 			}
-			if gotEnv := len(c.Env) == 1 && c.Env[0].Name == RedisPasswordEnv && c.Env[0].ValueFrom.SecretKeyRef.Name == "s"; gotEnv != tc.wantEnv {
+			if gotEnv := len(c.Env) == 1 && c.Env[0].Name == inject.EnvRedisPassword && c.Env[0].ValueFrom.SecretKeyRef.Name == "s"; gotEnv != tc.wantEnv {
 				t.Errorf("env = %+v, want the password env: %v", c.Env, tc.wantEnv)
 			}
 		})
@@ -110,9 +112,9 @@ func FuzzMutate(f *testing.F) {
 	config := Config{Image: "sidecar:1", RedisURL: "redis://r"}
 	f.Fuzz(func(t *testing.T, upstream, listen, metrics, cpu, memory, timeout, image string) {
 		annotations := map[string]string{
-			AnnotationInject: "true", AnnotationUpstreamPort: upstream, AnnotationListenPort: listen,
-			AnnotationMetricsPort: metrics, AnnotationCPURequest: cpu, AnnotationMemoryLimit: memory,
-			AnnotationRedisTimeout: timeout, AnnotationImage: image,
+			inject.AnnotationInject: "true", inject.AnnotationUpstreamPort: upstream, inject.AnnotationListenPort: listen,
+			inject.AnnotationMetricsPort: metrics, inject.AnnotationCPURequest: cpu, inject.AnnotationMemoryLimit: memory,
+			inject.AnnotationRedisTimeout: timeout, inject.AnnotationImage: image,
 		}
 		p := pod(annotations)
 		before := p.DeepCopy()
@@ -126,7 +128,7 @@ func FuzzMutate(f *testing.F) {
 			}
 			return
 		}
-		if !changed || len(p.Spec.InitContainers) != 1 || !Uninjected(before) || Uninjected(p) {
+		if !changed || len(p.Spec.InitContainers) != 1 || !Wants(before) || HasSidecar(before) || !HasSidecar(p) {
 			t.Fatalf("Mutate() = %v, nil; init containers %d", changed, len(p.Spec.InitContainers))
 		}
 		again := p.DeepCopy()

@@ -19,16 +19,6 @@ import (
 	"github.com/sluice-dev/sluice/sidecar/metrics"
 )
 
-// FailureMode is what a policy does when Redis cannot decide.
-type FailureMode uint8
-
-// The failure modes of the rendered format.
-const (
-	FailLocal FailureMode = iota
-	FailOpen
-	FailClosed
-)
-
 // Config is one compiled configuration. It is immutable once published and safe for
 // concurrent use.
 type Config struct {
@@ -48,8 +38,10 @@ type Config struct {
 
 // Policy is a compiled policy.Policy.
 type Policy struct {
-	Name        string
-	FailureMode FailureMode
+	Name string
+	// FailureMode is what the policy does when Redis cannot decide: FailureOpen, FailureClosed
+	// or, for any other value, FailureLocal.
+	FailureMode policy.FailureMode
 	// StatusCode answers a limited request.
 	StatusCode int
 	// Draft and Legacy select the rate-limit header styles.
@@ -127,17 +119,15 @@ func compilePolicy(p policy.Policy, m *metrics.Metrics) (*Policy, error) {
 	cp := &Policy{
 		Name:       p.Name,
 		StatusCode: p.Response.StatusCode,
-		Draft:      p.Response.Headers == "Draft" || p.Response.Headers == "Both",
-		Legacy:     p.Response.Headers == "Legacy" || p.Response.Headers == "Both",
+		Draft:      p.Response.Headers.Draft(),
+		Legacy:     p.Response.Headers.Legacy(),
 		Fallback:   m.ForPolicy(p.Name),
 	}
 	switch p.FailureMode {
-	case "Open":
-		cp.FailureMode = FailOpen
-	case "Closed":
-		cp.FailureMode = FailClosed
+	case policy.FailureOpen, policy.FailureClosed:
+		cp.FailureMode = p.FailureMode
 	default:
-		cp.FailureMode = FailLocal
+		cp.FailureMode = policy.FailureLocal
 	}
 	if cp.StatusCode == 0 {
 		cp.StatusCode = 429
@@ -158,7 +148,7 @@ func compilePolicy(p policy.Policy, m *metrics.Metrics) (*Policy, error) {
 			Local:       LocalShare(lim, p.Replicas),
 			Cost:        max(r.Cost, 1),
 			CostHeader:  r.CostHeader,
-			Shadow:      r.Mode == "Shadow",
+			Shadow:      r.Mode == policy.Shadow,
 			Queue:       lim.Algorithm == limiter.LeakyBucket && lim.Mode == limiter.Queue,
 			DraftPolicy: quoted + ";q=" + strconv.FormatInt(lim.Capacity(), 10) + ";w=" + strconv.FormatInt(window, 10),
 			LimitValue:  strconv.FormatInt(lim.Capacity(), 10),

@@ -18,9 +18,9 @@ func TestRedisOutage(t *testing.T) {
 		t.Skip("starts and stops redis-server")
 	}
 	const limit, replicas = 40, 4 // local share 10
-	for _, mode := range []string{"Local", "Open", "Closed"} {
+	for _, mode := range []policy.FailureMode{policy.FailureLocal, policy.FailureOpen, policy.FailureClosed} {
 		for _, how := range []string{"kill", "pause"} {
-			t.Run(mode+"/"+how, func(t *testing.T) {
+			t.Run(string(mode)+"/"+how, func(t *testing.T) {
 				doc := st.Doc(t, st.Policy("api", []policy.Rule{st.Rule("per-phase", limit, time.Hour, func(r *policy.Rule) {
 					r.Key = []policy.KeyPart{{Source: policy.SourceHeader, Name: "X-Phase"}}
 				})}, func(p *policy.Policy) {

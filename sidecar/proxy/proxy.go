@@ -19,6 +19,7 @@ import (
 
 	"github.com/sluice-dev/sluice/internal/limiter"
 	"github.com/sluice-dev/sluice/internal/limiter/redisstore"
+	"github.com/sluice-dev/sluice/internal/policy"
 	"github.com/sluice-dev/sluice/sidecar/breaker"
 	"github.com/sluice-dev/sluice/sidecar/config"
 	"github.com/sluice-dev/sluice/sidecar/keys"
@@ -246,10 +247,10 @@ func (h *Handler) take(ctx context.Context, p *config.Policy, rule *config.Rule,
 		}
 	}
 	switch p.FailureMode {
-	case config.FailOpen:
+	case policy.FailureOpen:
 		p.Fallback.Open.Inc()
 		return limiter.Result{}, skipped
-	case config.FailClosed:
+	case policy.FailureClosed:
 		p.Fallback.Closed.Inc()
 		return limiter.Result{}, unavailable
 	}

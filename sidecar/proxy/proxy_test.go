@@ -72,7 +72,7 @@ func TestLimitsPerRuleAndKey(t *testing.T) {
 
 func TestResponseHeadersAndBody(t *testing.T) {
 	tests := map[string]struct {
-		headers      string
+		headers      policy.HeaderStyle
 		status       int
 		draft, legac bool
 	}{

@@ -19,8 +19,8 @@ import (
 
 	"github.com/sluice-dev/sluice/api/v1alpha1"
 	"github.com/sluice-dev/sluice/internal/devenv"
+	"github.com/sluice-dev/sluice/internal/inject"
 	"github.com/sluice-dev/sluice/internal/policy"
-	"github.com/sluice-dev/sluice/internal/webhook"
 )
 
 const policyTemplate = `apiVersion: sluice.dev/v1alpha1
@@ -88,7 +88,7 @@ var _ = Describe("Sluice on loopback", Ordered, func() {
 				ObjectMeta: metav1.ObjectMeta{
 					Namespace: ns, Name: fmt.Sprintf("web-%d", i),
 					Labels:      map[string]string{"app": "web"},
-					Annotations: map[string]string{webhook.AnnotationInject: "true"},
+					Annotations: map[string]string{inject.AnnotationInject: "true"},
 				},
 				Spec: corev1.PodSpec{Containers: []corev1.Container{{
 					Name: "app", Image: "sluice.local/upstream:dev",

@@ -26,6 +26,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/sluice-dev/sluice/api/v1alpha1"
+	"github.com/sluice-dev/sluice/internal/inject"
 	"github.com/sluice-dev/sluice/internal/policy"
 	"github.com/sluice-dev/sluice/internal/webhook"
 )
@@ -65,7 +66,7 @@ var httpClient = &http.Client{Timeout: 5 * time.Second}
 func tally(podIPs []string, n int, h http.Header) map[int]int {
 	counts := map[int]int{}
 	for i := range n {
-		req, err := http.NewRequest(http.MethodGet, fmt.Sprintf("http://%s:%d/", podIPs[i%len(podIPs)], webhook.DefaultListenPort), nil)
+		req, err := http.NewRequest(http.MethodGet, fmt.Sprintf("http://%s:%d/", podIPs[i%len(podIPs)], inject.DefaultListenPort), nil)
 		Expect(err).NotTo(HaveOccurred())
 		req.Header = h.Clone()
 		resp, err := httpClient.Do(req)
@@ -83,7 +84,7 @@ func tally(podIPs []string, n int, h http.Header) map[int]int {
 
 // metric reads one unlabelled sample of a sidecar's /metrics.
 func metric(podIP, name string) (float64, error) {
-	resp, err := httpClient.Get(fmt.Sprintf("http://%s:%d/metrics", podIP, webhook.DefaultMetricsPort))
+	resp, err := httpClient.Get(fmt.Sprintf("http://%s:%d/metrics", podIP, inject.DefaultMetricsPort))
 	if err != nil {
 		return 0, err
 	}
@@ -132,7 +133,7 @@ func web() *appsv1.Deployment {
 			Replicas: ptr.To[int32](2),
 			Selector: &metav1.LabelSelector{MatchLabels: labels},
 			Template: corev1.PodTemplateSpec{
-				ObjectMeta: metav1.ObjectMeta{Labels: labels, Annotations: map[string]string{webhook.AnnotationInject: "true"}},
+				ObjectMeta: metav1.ObjectMeta{Labels: labels, Annotations: map[string]string{inject.AnnotationInject: "true"}},
 				Spec: corev1.PodSpec{
 					TerminationGracePeriodSeconds: ptr.To[int64](2),
 					Containers: []corev1.Container{{
@@ -158,7 +159,7 @@ var _ = Describe("Sluice on a real node", Ordered, func() {
 		By("waiting until the webhook injects (a server-side dry run goes through it)")
 		Eventually(func(g Gomega) {
 			probe := &corev1.Pod{
-				ObjectMeta: metav1.ObjectMeta{Namespace: ns, GenerateName: "probe-", Annotations: map[string]string{webhook.AnnotationInject: "true"}},
+				ObjectMeta: metav1.ObjectMeta{Namespace: ns, GenerateName: "probe-", Annotations: map[string]string{inject.AnnotationInject: "true"}},
 				Spec:       web().Spec.Template.Spec,
 			}
 			g.Expect(k8s.Create(ctx, probe, client.DryRunAll)).To(Succeed())
@@ -194,14 +195,14 @@ var _ = Describe("Sluice on a real node", Ordered, func() {
 			Expect(p.Status.PodIP).To(HavePrefix("198.18.1."))
 			Expect(p.Spec.InitContainers).To(HaveLen(1))
 			sc := p.Spec.InitContainers[0]
-			Expect(sc.Name).To(Equal(webhook.ContainerName))
+			Expect(sc.Name).To(Equal(inject.ContainerName))
 			Expect(sc.RestartPolicy).To(HaveValue(Equal(corev1.ContainerRestartPolicyAlways)))
 			Expect(sc.SecurityContext.ReadOnlyRootFilesystem).To(HaveValue(BeTrue()))
 			Expect(sc.SecurityContext.RunAsUser).To(HaveValue(Equal(webhook.UID)))
 
 			Expect(p.Status.InitContainerStatuses).To(HaveLen(1))
 			side := p.Status.InitContainerStatuses[0]
-			Expect(side.Name).To(Equal(webhook.ContainerName))
+			Expect(side.Name).To(Equal(inject.ContainerName))
 			// Started: its startup probe passed; Ready: its readiness probe passes.
 			Expect(side.Started).To(HaveValue(BeTrue()))
 			Expect(side.Ready).To(BeTrue())
@@ -221,12 +222,12 @@ var _ = Describe("Sluice on a real node", Ordered, func() {
 		Expect(k8s.Get(ctx, types.NamespacedName{Namespace: ns, Name: policy.ConfigMapName}, &cm)).To(Succeed())
 		for i, p := range pods {
 			Eventually(func(g Gomega) {
-				data, err := os.ReadFile(volumeFile(&p, "kubernetes.io~configmap", webhook.PoliciesVolume, policy.DataKey))
+				data, err := os.ReadFile(volumeFile(&p, "kubernetes.io~configmap", inject.PoliciesVolume, policy.DataKey))
 				g.Expect(err).NotTo(HaveOccurred())
 				g.Expect(k8s.Get(ctx, types.NamespacedName{Namespace: ns, Name: policy.ConfigMapName}, &cm)).To(Succeed())
 				g.Expect(string(data)).To(Equal(cm.Data[policy.DataKey]))
 			}).Should(Succeed())
-			labels, err := os.ReadFile(volumeFile(&p, "kubernetes.io~downward-api", webhook.PodInfoVolume, "labels"))
+			labels, err := os.ReadFile(volumeFile(&p, "kubernetes.io~downward-api", inject.PodInfoVolume, "labels"))
 			Expect(err).NotTo(HaveOccurred())
 			Expect(string(labels)).To(ContainSubstring(`app="web"`))
 			// The sidecar loaded them: one policy selected by its labels.
@@ -277,7 +278,7 @@ var _ = Describe("Sluice on a real node", Ordered, func() {
 		// kubelet swaps the volume's ..data symlink at a pod sync: watch the files it wrote.
 		Eventually(func(g Gomega) {
 			for _, p := range pods {
-				data, err := os.ReadFile(volumeFile(&p, "kubernetes.io~configmap", webhook.PoliciesVolume, policy.DataKey))
+				data, err := os.ReadFile(volumeFile(&p, "kubernetes.io~configmap", inject.PoliciesVolume, policy.DataKey))
 				g.Expect(err).NotTo(HaveOccurred())
 				g.Expect(string(data)).To(Equal(rendered))
 			}

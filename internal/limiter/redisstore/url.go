@@ -21,7 +21,7 @@ import (
 //
 // The options are go-redis's URL options (ParseURL, ParseClusterURL, ParseFailoverURL: e.g.
 // dial_timeout, pool_size, password for the data nodes behind Sentinel); an unknown option is an
-// error. Two defaults differ from go-redis's, for a rate limiter:
+// error. Three defaults differ from go-redis's, for a rate limiter:
 //
 //   - context deadlines are honoured (ContextTimeoutEnabled), so Options.Timeout bounds a call
 //     even when Redis hangs;
@@ -38,29 +38,29 @@ func NewClientFromURL(rawURL string) (redis.UniversalClient, error) {
 	if err != nil {
 		return nil, fmt.Errorf("redisstore: parsing redis URL: %w", redactErr(err))
 	}
-	base, topology, _ := strings.Cut(u.Scheme, "+")
-	if base != "redis" && base != "rediss" {
-		return nil, fmt.Errorf("redisstore: redis URL scheme %q is not redis, rediss, redis+cluster, rediss+cluster, redis+sentinel or rediss+sentinel", u.Scheme)
+	scheme, err := ParseScheme(u.Scheme)
+	if err != nil {
+		return nil, fmt.Errorf("redisstore: %w", err)
 	}
 	retriesSet, dialRetriesSet := u.Query().Has("max_retries"), u.Query().Has("dialer_retries")
 	plain := *u
-	plain.Scheme = base
-	switch topology {
-	case "":
+	plain.Scheme = Scheme{TLS: scheme.TLS}.String()
+	switch scheme.Topology {
+	case TopologyStandalone:
 		o, err := redis.ParseURL(plain.String())
 		if err != nil {
 			return nil, fmt.Errorf("redisstore: %w", err)
 		}
 		failFast(&o.ContextTimeoutEnabled, &o.MaxRetries, &o.DialerRetries, retriesSet, dialRetriesSet)
 		return redis.NewClient(o), nil
-	case "cluster":
+	case TopologyCluster:
 		o, err := redis.ParseClusterURL(plain.String())
 		if err != nil {
 			return nil, fmt.Errorf("redisstore: %w", err)
 		}
 		failFast(&o.ContextTimeoutEnabled, &o.MaxRetries, &o.DialerRetries, retriesSet, dialRetriesSet)
 		return redis.NewClusterClient(o), nil
-	case "sentinel":
+	case TopologySentinel:
 		o, err := redis.ParseFailoverURL(plain.String())
 		if err != nil {
 			return nil, fmt.Errorf("redisstore: %w", err)
@@ -71,8 +71,61 @@ func NewClientFromURL(rawURL string) (redis.UniversalClient, error) {
 		failFast(&o.ContextTimeoutEnabled, &o.MaxRetries, &o.DialerRetries, retriesSet, dialRetriesSet)
 		return redis.NewFailoverClient(o), nil
 	default:
-		return nil, fmt.Errorf("redisstore: redis URL scheme %q: unknown topology %q, want cluster or sentinel", u.Scheme, topology)
+		return nil, fmt.Errorf("redisstore: redis URL scheme %q: topology %q has no client", u.Scheme, scheme.Topology) // ParseScheme prevents it
 	}
+}
+
+// The topologies of a Redis URL: the part of its scheme after '+'.
+const (
+	TopologyStandalone = ""
+	TopologyCluster    = "cluster"
+	TopologySentinel   = "sentinel"
+)
+
+// Scheme is a Redis URL scheme taken apart: rediss (TLS) or redis, and the topology.
+type Scheme struct {
+	TLS      bool
+	Topology string
+}
+
+// String is the scheme as written in a URL, e.g. rediss+cluster.
+func (s Scheme) String() string {
+	base := "redis"
+	if s.TLS {
+		base = "rediss"
+	}
+	if s.Topology == TopologyStandalone {
+		return base
+	}
+	return base + "+" + s.Topology
+}
+
+// URLSchemes lists the schemes NewClientFromURL accepts, for help texts and messages.
+func URLSchemes() []string {
+	var out []string
+	for _, topology := range []string{TopologyStandalone, TopologyCluster, TopologySentinel} {
+		for _, tls := range []bool{false, true} {
+			out = append(out, Scheme{TLS: tls, Topology: topology}.String())
+		}
+	}
+	return out
+}
+
+// ParseScheme takes apart a Redis URL scheme (the part before "://"). Every reader of a Redis URL
+// (this package, the webhook checking the manager's flag) checks the scheme with it, so that the
+// accepted schemes and the error naming them are written once.
+func ParseScheme(scheme string) (Scheme, error) {
+	base, topology, _ := strings.Cut(scheme, "+")
+	if base != "redis" && base != "rediss" {
+		all := URLSchemes()
+		return Scheme{}, fmt.Errorf("redis URL scheme %q is not %s or %s", scheme, strings.Join(all[:len(all)-1], ", "), all[len(all)-1])
+	}
+	switch topology {
+	case TopologyStandalone, TopologyCluster, TopologySentinel:
+	default:
+		return Scheme{}, fmt.Errorf("redis URL scheme %q: unknown topology %q, want %s or %s", scheme, topology, TopologyCluster, TopologySentinel)
+	}
+	return Scheme{TLS: base == "rediss", Topology: topology}, nil
 }
 
 // failFast sets what every topology's options need: deadlines from the caller's context, no

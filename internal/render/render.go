@@ -1,7 +1,13 @@
-package policy
+// Package render compiles RateLimitPolicy objects into the rendered format of package policy
+// (policies.json): defaults applied, durations in milliseconds, names canonical, and every
+// policy of a namespace checked against the others. The controller and `sluicectl render` call
+// it; the readers of the format (the sidecar, the RLS server) never do, so they do not link the
+// API types.
+package render
 
 import (
 	"fmt"
+	"net/textproto"
 	"slices"
 	"strings"
 	"time"
@@ -10,21 +16,22 @@ import (
 	"k8s.io/apimachinery/pkg/labels"
 
 	"github.com/sluice-dev/sluice/api/v1alpha1"
+	"github.com/sluice-dev/sluice/internal/policy"
 )
 
 // Compile turns a policy into its rendered form, applying the API's defaults to fields left
 // empty (the API server applies them too; Compile must not depend on it) and checking what the
 // schema cannot: that every rule is inside the limiter's exact-arithmetic bounds. Replicas is
 // left zero for Build to fill in.
-func Compile(p *v1alpha1.RateLimitPolicy) (Policy, error) {
-	out := Policy{
+func Compile(p *v1alpha1.RateLimitPolicy) (policy.Policy, error) {
+	out := policy.Policy{
 		Name:        p.Name,
 		Selector:    *p.Spec.PodSelector.DeepCopy(),
-		FailureMode: string(orDefault(p.Spec.FailureMode, v1alpha1.FailureLocal)),
-		Response:    Response{StatusCode: 429, Headers: string(v1alpha1.HeadersBoth)},
+		FailureMode: policy.FailureMode(orDefault(p.Spec.FailureMode, v1alpha1.FailureLocal)),
+		Response:    policy.Response{StatusCode: 429, Headers: policy.HeaderStyle(v1alpha1.HeadersBoth)},
 	}
 	if _, err := metav1.LabelSelectorAsSelector(&out.Selector); err != nil {
-		return Policy{}, fmt.Errorf("spec.podSelector: %w", err)
+		return policy.Policy{}, fmt.Errorf("spec.podSelector: %w", err)
 	}
 	for _, c := range p.Spec.TrustedProxies {
 		out.TrustedProxies = append(out.TrustedProxies, string(c))
@@ -34,34 +41,34 @@ func Compile(p *v1alpha1.RateLimitPolicy) (Policy, error) {
 		if r.StatusCode != 0 {
 			out.Response.StatusCode = int(r.StatusCode)
 		}
-		out.Response.Headers = string(orDefault(r.Headers, v1alpha1.HeadersBoth))
+		out.Response.Headers = policy.HeaderStyle(orDefault(r.Headers, v1alpha1.HeadersBoth))
 	}
 	for i, r := range p.Spec.Rules {
 		rule, err := compileRule(r)
 		if err != nil {
-			return Policy{}, fmt.Errorf("spec.rules[%d] (%s): %w", i, r.Name, err)
+			return policy.Policy{}, fmt.Errorf("spec.rules[%d] (%s): %w", i, r.Name, err)
 		}
 		out.Rules = append(out.Rules, rule)
 	}
-	slices.SortFunc(out.Rules, func(a, b Rule) int { return strings.Compare(a.Name, b.Name) })
-	if err := out.validate(); err != nil {
-		return Policy{}, err
+	slices.SortFunc(out.Rules, func(a, b policy.Rule) int { return strings.Compare(a.Name, b.Name) })
+	if err := out.Validate(); err != nil {
+		return policy.Policy{}, err
 	}
 	return out, nil
 }
 
-func compileRule(r v1alpha1.Rule) (Rule, error) {
+func compileRule(r v1alpha1.Rule) (policy.Rule, error) {
 	window, err := parseMillis(string(r.Window))
 	if err != nil {
-		return Rule{}, fmt.Errorf("window: %w", err)
+		return policy.Rule{}, fmt.Errorf("window: %w", err)
 	}
-	out := Rule{
+	out := policy.Rule{
 		Name:      r.Name,
 		Algorithm: string(r.Algorithm),
 		Limit:     r.Limit,
 		WindowMs:  window,
 		Cost:      1,
-		Mode:      string(orDefault(r.Mode, v1alpha1.Enforce)),
+		Mode:      policy.RuleMode(orDefault(r.Mode, v1alpha1.Enforce)),
 	}
 	if r.Algorithm == v1alpha1.TokenBucket || r.Algorithm == v1alpha1.LeakyBucket {
 		out.Burst = r.Limit
@@ -75,7 +82,7 @@ func compileRule(r v1alpha1.Rule) (Rule, error) {
 			out.LeakyMode = string(orDefault(lb.Mode, v1alpha1.Meter))
 			if lb.MaxDelay != nil {
 				if out.MaxDelayMs, err = parseMillis(string(*lb.MaxDelay)); err != nil {
-					return Rule{}, fmt.Errorf("leakyBucket.maxDelay: %w", err)
+					return policy.Rule{}, fmt.Errorf("leakyBucket.maxDelay: %w", err)
 				}
 			}
 		}
@@ -87,45 +94,45 @@ func compileRule(r v1alpha1.Rule) (Rule, error) {
 		out.CostHeader = canonicalHeader(string(r.CostHeader))
 	}
 	if m := r.Match; m != nil && (m.PathPrefix != "" || len(m.Methods) > 0 || len(m.Headers) > 0) {
-		out.Match = &Match{PathPrefix: m.PathPrefix}
+		out.Match = &policy.Match{PathPrefix: m.PathPrefix}
 		for _, method := range m.Methods {
 			out.Match.Methods = append(out.Match.Methods, string(method))
 		}
 		slices.Sort(out.Match.Methods)
 		for _, h := range m.Headers {
-			out.Match.Headers = append(out.Match.Headers, HeaderMatch{Name: canonicalHeader(string(h.Name)), Value: h.Value})
+			out.Match.Headers = append(out.Match.Headers, policy.HeaderMatch{Name: canonicalHeader(string(h.Name)), Value: h.Value})
 		}
-		slices.SortFunc(out.Match.Headers, func(a, b HeaderMatch) int { return strings.Compare(a.Name, b.Name) })
+		slices.SortFunc(out.Match.Headers, func(a, b policy.HeaderMatch) int { return strings.Compare(a.Name, b.Name) })
 	}
 	for i, k := range r.Key {
 		part, err := compileKeyPart(k)
 		if err != nil {
-			return Rule{}, fmt.Errorf("key[%d]: %w", i, err)
+			return policy.Rule{}, fmt.Errorf("key[%d]: %w", i, err)
 		}
 		out.Key = append(out.Key, part)
 	}
 	return out, nil
 }
 
-func compileKeyPart(k v1alpha1.KeyPart) (KeyPart, error) {
-	var parts []KeyPart
+func compileKeyPart(k v1alpha1.KeyPart) (policy.KeyPart, error) {
+	var parts []policy.KeyPart
 	if k.ClientIP != nil {
-		parts = append(parts, KeyPart{Source: SourceClientIP})
+		parts = append(parts, policy.KeyPart{Source: policy.SourceClientIP})
 	}
 	if k.Header != nil {
-		parts = append(parts, KeyPart{Source: SourceHeader, Name: canonicalHeader(string(k.Header.Name))})
+		parts = append(parts, policy.KeyPart{Source: policy.SourceHeader, Name: canonicalHeader(string(k.Header.Name))})
 	}
 	if k.Path != nil {
-		parts = append(parts, KeyPart{Source: SourcePath})
+		parts = append(parts, policy.KeyPart{Source: policy.SourcePath})
 	}
 	if k.Method != nil {
-		parts = append(parts, KeyPart{Source: SourceMethod})
+		parts = append(parts, policy.KeyPart{Source: policy.SourceMethod})
 	}
 	if k.Query != nil {
-		parts = append(parts, KeyPart{Source: SourceQuery, Name: k.Query.Name})
+		parts = append(parts, policy.KeyPart{Source: policy.SourceQuery, Name: k.Query.Name})
 	}
 	if len(parts) != 1 {
-		return KeyPart{}, fmt.Errorf("sets %d sources; exactly one of clientIP, header, path, method, query is allowed", len(parts))
+		return policy.KeyPart{}, fmt.Errorf("sets %d sources; exactly one of clientIP, header, path, method, query is allowed", len(parts))
 	}
 	return parts[0], nil
 }
@@ -141,6 +148,8 @@ func parseMillis(s string) (int64, error) {
 	}
 	return d.Milliseconds(), nil
 }
+
+func canonicalHeader(name string) string { return textproto.CanonicalMIMEHeaderKey(name) }
 
 func orDefault[T ~string](v, def T) T {
 	if v == "" {
@@ -171,7 +180,7 @@ type Verdict struct {
 // name): one that fails to compile, or that shares a rule name with an already accepted policy
 // selecting the same pods (identical selectors, or a pod matched by both), is left out with a
 // verdict saying why. The document lists accepted policies sorted by name.
-func Build(namespace string, policies []v1alpha1.RateLimitPolicy, pods Pods) (*Document, map[string]Verdict) {
+func Build(namespace string, policies []v1alpha1.RateLimitPolicy, pods Pods) (*policy.Document, map[string]Verdict) {
 	ordered := slices.Clone(policies)
 	slices.SortFunc(ordered, func(a, b v1alpha1.RateLimitPolicy) int {
 		if c := a.CreationTimestamp.Compare(b.CreationTimestamp.Time); c != 0 {
@@ -179,10 +188,10 @@ func Build(namespace string, policies []v1alpha1.RateLimitPolicy, pods Pods) (*D
 		}
 		return strings.Compare(a.Name, b.Name)
 	})
-	doc := &Document{Version: Version, Namespace: namespace, Policies: []Policy{}}
+	doc := &policy.Document{Version: policy.Version, Namespace: namespace, Policies: []policy.Policy{}}
 	verdicts := make(map[string]Verdict, len(ordered))
 	type accepted struct {
-		policy   Policy
+		compiled policy.Policy
 		selector labels.Selector
 	}
 	var kept []accepted
@@ -200,8 +209,8 @@ func Build(namespace string, policies []v1alpha1.RateLimitPolicy, pods Pods) (*D
 		compiled.Replicas = pods.Ready(sel)
 		v := Verdict{MatchedPods: compiled.Replicas}
 		for _, k := range kept {
-			if name, ok := sharedRuleName(compiled, k.policy); ok && (sel.String() == k.selector.String() || pods.Shared(sel, k.selector)) {
-				v.Err = fmt.Errorf("rule %q is also defined by policy %q, which selects the same pods; rename one of the rules", name, k.policy.Name)
+			if name, ok := sharedRuleName(compiled, k.compiled); ok && (sel.String() == k.selector.String() || pods.Shared(sel, k.selector)) {
+				v.Err = fmt.Errorf("rule %q is also defined by policy %q, which selects the same pods; rename one of the rules", name, k.compiled.Name)
 				v.Conflict = true
 				break
 			}
@@ -212,11 +221,11 @@ func Build(namespace string, policies []v1alpha1.RateLimitPolicy, pods Pods) (*D
 			doc.Policies = append(doc.Policies, compiled)
 		}
 	}
-	slices.SortFunc(doc.Policies, func(a, b Policy) int { return strings.Compare(a.Name, b.Name) })
+	slices.SortFunc(doc.Policies, func(a, b policy.Policy) int { return strings.Compare(a.Name, b.Name) })
 	return doc, verdicts
 }
 
-func sharedRuleName(a, b Policy) (string, bool) {
+func sharedRuleName(a, b policy.Policy) (string, bool) {
 	for _, r := range a.Rules {
 		for _, s := range b.Rules {
 			if r.Name == s.Name {

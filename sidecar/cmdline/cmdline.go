@@ -1,0 +1,96 @@
+// Package cmdline is the sidecar's command line: its flags, their defaults and the SLUICE_
+// environment variables that stand in for them. It is a package of its own, not part of main,
+// so that the webhook's tests can parse the arguments it injects with the sidecar's own flag
+// set. Every name comes from package inject.
+package cmdline
+
+import (
+	"errors"
+	"flag"
+	"fmt"
+	"path"
+	"strings"
+	"time"
+
+	"github.com/sluice-dev/sluice/internal/inject"
+	"github.com/sluice-dev/sluice/internal/limiter"
+	"github.com/sluice-dev/sluice/internal/limiter/redisstore"
+	"github.com/sluice-dev/sluice/internal/policy"
+	"github.com/sluice-dev/sluice/sidecar/breaker"
+	"github.com/sluice-dev/sluice/sidecar/config"
+)
+
+// Options are the sidecar's settings, as its flags and environment give them.
+type Options struct {
+	Listen, Upstream, Config, PodLabelsFile, PodLabels string
+	RedisURL                                           string
+	RedisTimeout                                       time.Duration
+	MetricsListen                                      string
+	BreakerThreshold                                   int
+	BreakerCooldown, BreakerMaxCooldown                time.Duration
+	ReloadInterval, ShutdownTimeout                    time.Duration
+	LocalMaxKeys                                       int
+	LogLevel                                           string
+	Pprof                                              bool
+	// RedisPassword is $SLUICE_REDIS_PASSWORD (inject.EnvRedisPassword); no flag sets it, so
+	// that it never shows in the pod spec's arguments.
+	RedisPassword string
+}
+
+// NewFlagSet returns the sidecar's flag set, which stores into o, with every default set.
+func NewFlagSet(o *Options, h flag.ErrorHandling) *flag.FlagSet {
+	fs := flag.NewFlagSet("sluice-sidecar", h)
+	fs.StringVar(&o.Listen, inject.FlagListen, fmt.Sprintf(":%d", inject.DefaultListenPort), "address the proxy listens on (HTTP/1.1 and h2c)")
+	fs.StringVar(&o.Upstream, inject.FlagUpstream, "http://127.0.0.1:8080", "URL of the application")
+	fs.StringVar(&o.Config, inject.FlagConfig, path.Join(inject.PoliciesDir, policy.DataKey), "rendered policies file; absent means no policies")
+	fs.StringVar(&o.PodLabelsFile, inject.FlagPodLabelsFile, path.Join(inject.PodInfoDir, inject.PodLabelsFile), "downward API labels file (key=\"value\" lines); empty for none")
+	fs.StringVar(&o.PodLabels, inject.FlagPodLabels, "", "pod labels as k=v,k2=v2; override the file's")
+	fs.StringVar(&o.RedisURL, inject.FlagRedisURL, "", "Redis URL ("+strings.Join(redisstore.URLSchemes(), "://, ")+"://); empty decides locally")
+	fs.DurationVar(&o.RedisTimeout, inject.FlagRedisTimeout, redisstore.DefaultTimeout, "budget of one Redis call")
+	fs.StringVar(&o.MetricsListen, inject.FlagMetricsListen, fmt.Sprintf(":%d", inject.DefaultMetricsPort), "address of /metrics, /healthz and /readyz")
+	fs.IntVar(&o.BreakerThreshold, inject.FlagBreakerThreshold, breaker.DefaultThreshold, "consecutive Redis failures that open the breaker")
+	fs.DurationVar(&o.BreakerCooldown, inject.FlagBreakerCooldown, breaker.DefaultCooldown, "how long the breaker stays open before a probe")
+	fs.DurationVar(&o.BreakerMaxCooldown, inject.FlagBreakerMaxCooldown, breaker.DefaultMaxCooldown, "longest cooldown after failed probes")
+	fs.DurationVar(&o.ReloadInterval, inject.FlagReloadInterval, config.DefaultRecheck, "periodic re-read of the files, behind file events")
+	fs.DurationVar(&o.ShutdownTimeout, inject.FlagShutdownTimeout, 20*time.Second, "how long SIGTERM waits for in-flight requests")
+	fs.IntVar(&o.LocalMaxKeys, inject.FlagLocalMaxKeys, limiter.DefaultMaxKeys, "most keys the local store holds")
+	fs.StringVar(&o.LogLevel, inject.FlagLogLevel, "info", "debug, info, warn or error")
+	fs.BoolVar(&o.Pprof, inject.FlagPprof, false, "serve /debug/pprof/ on the metrics listener")
+	return fs
+}
+
+// Parse parses args with the sidecar's flag set, then sets every flag not given on the
+// command line from its environment variable (inject.EnvName), as lookupEnv (os.LookupEnv in
+// production) finds it, and reads the Redis password from inject.EnvRedisPassword. A flag on
+// the command line wins over its variable.
+func Parse(args []string, h flag.ErrorHandling, lookupEnv func(string) (string, bool)) (*Options, error) {
+	o := &Options{}
+	fs := NewFlagSet(o, h)
+	if err := fs.Parse(args); err != nil {
+		return nil, err
+	}
+	if err := envDefaults(fs, lookupEnv); err != nil {
+		return nil, err
+	}
+	o.RedisPassword, _ = lookupEnv(inject.EnvRedisPassword)
+	return o, nil
+}
+
+// envDefaults sets every flag not given on the command line from its environment variable.
+func envDefaults(fs *flag.FlagSet, lookupEnv func(string) (string, bool)) error {
+	set := map[string]bool{}
+	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
+	var errs []error
+	fs.VisitAll(func(f *flag.Flag) {
+		if set[f.Name] {
+			return
+		}
+		env := inject.EnvName(f.Name)
+		if v, ok := lookupEnv(env); ok {
+			if err := f.Value.Set(v); err != nil {
+				errs = append(errs, fmt.Errorf("%s: %w", env, err))
+			}
+		}
+	})
+	return errors.Join(errs...)
+}
