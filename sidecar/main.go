@@ -126,7 +126,7 @@ func run() error {
 		if !loader.Ready() {
 			return errors.New("configuration not loaded (see the log); passing traffic through meanwhile")
 		}
-		c, err := net.DialTimeout("tcp", hostPort(target), time.Second)
+		c, err := net.DialTimeout("tcp", hostPort(target), time.Second) //nolint:gosec // the upstream is the operator's --upstream flag, not request input
 		if err != nil {
 			return fmt.Errorf("upstream: %w", err)
 		}

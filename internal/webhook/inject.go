@@ -314,10 +314,10 @@ func (c *Config) container(o options) corev1.Container {
 	if o.redisTimeout != 0 {
 		args = append(args, inject.Arg(inject.FlagRedisTimeout, o.redisTimeout.String()))
 	}
-	probe := func(path string, period, failures int32) *corev1.Probe {
+	probe := func(urlPath string, period, failures int32) *corev1.Probe {
 		return &corev1.Probe{
 			ProbeHandler: corev1.ProbeHandler{HTTPGet: &corev1.HTTPGetAction{
-				Path: path, Port: intstr.FromInt32(o.metrics), Scheme: corev1.URISchemeHTTP,
+				Path: urlPath, Port: intstr.FromInt32(o.metrics), Scheme: corev1.URISchemeHTTP,
 			}},
 			TimeoutSeconds: 1, PeriodSeconds: period, SuccessThreshold: 1, FailureThreshold: failures,
 		}

@@ -102,7 +102,7 @@ func (s Scheme) String() string {
 
 // URLSchemes lists the schemes NewClientFromURL accepts, for help texts and messages.
 func URLSchemes() []string {
-	var out []string
+	out := make([]string, 0, 6)
 	for _, topology := range []string{TopologyStandalone, TopologyCluster, TopologySentinel} {
 		for _, tls := range []bool{false, true} {
 			out = append(out, Scheme{TLS: tls, Topology: topology}.String())
