@@ -83,7 +83,7 @@ func Render(w io.Writer, title string, panels []Panel, data [][]Series) error {
 
 // sans is Liberation Sans at size points: it reads better than gonum's default serif at
 // chart sizes.
-func sans(size vg.Length) font.Face {
+func sans(size vg.Length) font.Font {
 	return font.From(font.Font{Typeface: "Liberation", Variant: "Sans"}, size)
 }
 
@@ -92,15 +92,15 @@ func panelPlot(p Panel, series []Series) (*plot.Plot, error) {
 	pl.Title.Text = p.Title
 	pl.Title.TextStyle.Font = font.From(font.Font{Typeface: "Liberation", Variant: "Sans", Weight: xfont.WeightBold}, 13)
 	pl.X.Tick.Marker = plot.TimeTicks{Format: "15:04:05"}
-	pl.X.Tick.Label.Font = sans(9).Font
-	pl.Y.Tick.Label.Font = sans(9).Font
+	pl.X.Tick.Label.Font = sans(9)
+	pl.Y.Tick.Label.Font = sans(9)
 	pl.Y.Tick.Marker = unitTicks(p.Unit)
 	pl.Y.Label.Text = unitLabel(p.Unit)
-	pl.Y.Label.TextStyle.Font = sans(10).Font
+	pl.Y.Label.TextStyle.Font = sans(10)
 	pl.Y.Min = 0
 	pl.Legend.Top = true
 	pl.Legend.Left = true
-	pl.Legend.TextStyle.Font = sans(9).Font
+	pl.Legend.TextStyle.Font = sans(9)
 	pl.Legend.ThumbnailWidth = px(18)
 	pl.Add(plotter.NewGrid())
 	ymax := 0.0
