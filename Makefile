@@ -23,9 +23,10 @@ help: ## Show this help.
 ##@ Development
 
 .PHONY: manifests
-manifests: controller-gen ## Generate the CRD, RBAC and webhook manifests from markers, and the Grafana dashboard.
+manifests: controller-gen ## Generate the CRD, RBAC and webhook manifests from markers, the Grafana dashboard, and the chart's copies.
 	$(CONTROLLER_GEN) rbac:roleName=manager-role crd webhook paths="./..." output:crd:artifacts:config=config/crd/bases
-	go run ./hack/dashboard config/grafana/sluice.json
+	go run ./hack/dashboard config/grafana/sluice.json dist/chart/templates/crd dist/chart/files
+	hack/sync-chart.sh
 
 .PHONY: generate
 generate: controller-gen ## Generate DeepCopy methods.
