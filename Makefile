@@ -44,7 +44,7 @@ vet: ## go vet.
 lint: golangci-lint ## Run golangci-lint.
 	$(GOLANGCI_LINT) run ./...
 
-GENERATED := api/v1alpha1/zz_generated.deepcopy.go config/crd/bases config/rbac/role.yaml config/webhook/manifests.yaml config/grafana/sluice.json
+GENERATED := api/v1alpha1/zz_generated.deepcopy.go config/crd/bases config/rbac/role.yaml config/webhook/manifests.yaml config/grafana/sluice.json dist/chart/templates/crd dist/chart/files
 
 .PHONY: verify
 verify: controller-gen ## Fail when generated files or go.mod are stale (and regenerate them).
