@@ -121,7 +121,7 @@ helm-lint: helm ## Lint the Helm chart in dist/chart.
 # The drive of docs/algorithms.png: 30 requests at once at 00:00:00.900 (2026-02-05, UTC), 100 ms
 # before a window boundary, then 25/s for 3 s, through a limit of 10 per 1 s (burst 10).
 .PHONY: plots
-plots: ## Redraw docs/algorithms.png, its trace and its table (docs/algorithms-trace.txt, docs/algorithms.txt).
+plots: ## Redraw docs/algorithms.png, its trace and its table (docs/algorithms-trace.txt, docs/algorithms.txt), and docs/dashboard.png.
 	@mkdir -p docs
 	t=1770249600900; { for i in {1..30}; do echo $$t; done; for i in {1..75}; do echo $$((t + 40 * i)); done; } > docs/algorithms-trace.txt
 	go run ./cmd/sluicectl simulate compare \
@@ -129,6 +129,10 @@ plots: ## Redraw docs/algorithms.png, its trace and its table (docs/algorithms-t
 	  --limit 10 --window 1s --burst 10 --max-delay 1s \
 	  --title "30 requests at once, then 25/s for 3 s, through a limit of 10 per 1 s (burst 10)" \
 	  --plot docs/algorithms.png < docs/algorithms-trace.txt | tee docs/algorithms.txt
+	@hack/ensure-prometheus.sh
+	# docs/dashboard.png: the dashboard's panels from test/prometheus' Prometheus, after a 3.5-minute drive.
+	SLUICE_DASHBOARD_PNG=$(CURDIR)/docs/dashboard.png KUBEBUILDER_ASSETS="$$(hack/envtest-assets.sh)" \
+	  go test -count=1 -timeout 15m -run TestRulesAndDashboardQueriesReturnData ./test/prometheus
 
 ##@ Benchmarks
 
