@@ -205,7 +205,7 @@ func sendTraffic(t *testing.T, pods []*devenv.Pod) (stop func()) {
 	done := make(chan struct{})
 	var wg sync.WaitGroup
 	for _, c := range []struct {
-		ip, path string
+		ip, path  string
 		perSecond int
 	}{{"127.0.3.201", "/", 8}, {"127.0.3.202", "/", 40}, {"127.0.3.203", "/search?q=x", 6}} {
 		wg.Add(1)
