@@ -236,8 +236,8 @@ func TestChartValues(t *testing.T) {
 				t.Errorf("PrometheusRule has %d groups, want the 2 of config/prometheus", len(groups))
 			}
 		case "Deployment":
-			if r, _, _ := unstructured.NestedInt64(o.Object, "spec", "replicas"); r != 3 {
-				t.Errorf("replicas %d", r)
+			if r, _, _ := unstructured.NestedFieldNoCopy(o.Object, "spec", "replicas"); fmt.Sprint(r) != "3" {
+				t.Errorf("replicas %v", r)
 			}
 		}
 	}
