@@ -25,7 +25,7 @@ import (
 // API server's pod proxy for each sidecar's /metrics. envtest has no kubelet and no pod
 // network, and the API server refuses to proxy to the loopback addresses a test could serve
 // metrics on, so the scrape fails here by design: the test checks that the command reaches the
-// proxy of the right pod and port (the API server's refusal names the address it resolved) and
+// proxy of the right pod and port (the API server resolved the pod's address and refused to dial it) and
 // still prints every policy's rules. The rates themselves are tested on real sidecars in
 // test/prometheus and from recorded scrapes in internal/status.
 func TestStatusThroughTheAPIServer(t *testing.T) {
@@ -110,8 +110,9 @@ func TestStatusThroughTheAPIServer(t *testing.T) {
 	if !regexp.MustCompile(`(?m)^api\s+per-client\s+0\.0\s+0\.0\s+0\.0\s+0/1\s+0\s+0\s+Local$`).MatchString(out) {
 		t.Errorf("no row for api/per-client with 0 of 1 pods scraped:\n%s", out)
 	}
-	if !regexp.MustCompile(`(?m)^pod web-0: not scraped: .*127\.0\.2\.250`).MatchString(out) {
-		t.Errorf("the API server's refusal does not name the pod's address:\n%s", out)
+	// The API server resolved web-0 to its pod IP and refused to dial a loopback address.
+	if !regexp.MustCompile(`(?m)^pod web-0: not scraped: .*\(get pods http:web-0:9191\): address not allowed$`).MatchString(out) {
+		t.Errorf("the pod proxy of web-0:9191 did not refuse its loopback address:\n%s", out)
 	}
 
 	stdout.Reset()

@@ -6,6 +6,7 @@ package status
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"io"
 	"slices"
@@ -191,7 +192,21 @@ type Scraper func(ctx context.Context, namespace string, t Target) ([]byte, erro
 // (/api/v1/namespaces/NS/pods/NAME:PORT/proxy/metrics): the user needs get on pods/proxy.
 func PodProxy(cs kubernetes.Interface) Scraper {
 	return func(ctx context.Context, namespace string, t Target) ([]byte, error) {
-		return cs.CoreV1().Pods(namespace).ProxyGet("http", t.Name, strconv.Itoa(int(t.Port)), "/metrics", nil).DoRaw(ctx)
+		body, err := cs.CoreV1().Pods(namespace).ProxyGet("http", t.Name, strconv.Itoa(int(t.Port)), "/metrics", nil).DoRaw(ctx)
+		if err != nil && len(body) > 0 {
+			// The API server's own words (e.g. the address it would not dial) say more than the
+			// status error's "unknown reason".
+			msg := strings.TrimSpace(string(body))
+			var st metav1.Status
+			if json.Unmarshal(body, &st) == nil && st.Message != "" {
+				msg = st.Message
+			}
+			if len(msg) > 300 {
+				msg = msg[:300] + "..."
+			}
+			return nil, fmt.Errorf("%w: %s", err, msg)
+		}
+		return body, err
 	}
 }
 
