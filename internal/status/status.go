@@ -237,7 +237,7 @@ func Targets(policies []v1alpha1.RateLimitPolicy, pods []corev1.Pod) ([]Policy, 
 		out = append(out, sp)
 	}
 	slices.SortFunc(out, func(a, b Policy) int { return strings.Compare(a.Name, b.Name) })
-	var ts []Target
+	ts := make([]Target, 0, len(targets))
 	for _, t := range targets {
 		ts = append(ts, t)
 	}
