@@ -25,7 +25,7 @@ help: ## Show this help.
 .PHONY: manifests
 manifests: controller-gen ## Generate the CRD, RBAC and webhook manifests from markers, the Grafana dashboard, and the chart's copies.
 	$(CONTROLLER_GEN) rbac:roleName=manager-role crd webhook paths="./..." output:crd:artifacts:config=config/crd/bases
-	go run ./hack/dashboard config/grafana/sluice.json dist/chart/templates/crd dist/chart/files
+	go run ./hack/dashboard config/grafana/sluice.json
 	hack/sync-chart.sh
 
 .PHONY: generate
