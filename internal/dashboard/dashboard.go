@@ -9,6 +9,14 @@ import "strings"
 // NamespaceVar is the dashboard variable the queries filter on, as it appears in them.
 const NamespaceVar = "$namespace"
 
+// Grafana units of the panels.
+const (
+	UnitPerSecond = "reqps"
+	UnitShare     = "percentunit"
+	UnitSeconds   = "s"
+	UnitCount     = "short"
+)
+
 // Query is one PromQL expression of a panel and the legend of its series, in Grafana's
 // {{label}} form.
 type Query struct {
@@ -18,7 +26,7 @@ type Query struct {
 // Panel is one time series panel.
 type Panel struct {
 	Title, Description string
-	// Unit is a Grafana unit: reqps, percentunit, s, short.
+	// Unit is a Grafana unit, one of the Unit constants.
 	Unit    string
 	Queries []Query
 }
@@ -30,12 +38,12 @@ func Panels() []Panel {
 	return []Panel{{
 		Title:       "Admitted per rule",
 		Description: "Requests each rule admitted per second, over all pods. A request counts once per matching rule.",
-		Unit:        "reqps",
+		Unit:        UnitPerSecond,
 		Queries:     []Query{{Expr: `sum by (policy, rule) (sluice:requests:rate1m{` + ns + `, decision="allowed"})`, Legend: "{{policy}}/{{rule}}"}},
 	}, {
 		Title:       "Denied per rule",
 		Description: "Requests each rule denied per second (answered 429), and those a Shadow rule would have denied.",
-		Unit:        "reqps",
+		Unit:        UnitPerSecond,
 		Queries: []Query{
 			{Expr: `sum by (policy, rule) (sluice:requests:rate1m{` + ns + `, decision="denied"})`, Legend: "{{policy}}/{{rule}}"},
 			{Expr: `sum by (policy, rule) (sluice:requests:rate1m{` + ns + `, decision="shadow_denied"})`, Legend: "{{policy}}/{{rule}} (shadow)"},
@@ -43,32 +51,32 @@ func Panels() []Panel {
 	}, {
 		Title:       "Top denied rules",
 		Description: "The ten rules denying the largest share of their decisions over 5 minutes.",
-		Unit:        "percentunit",
+		Unit:        UnitShare,
 		Queries:     []Query{{Expr: `topk(10, sluice:requests_denied:ratio_rate5m{` + ns + `})`, Legend: "{{policy}}/{{rule}}"}},
 	}, {
 		Title:       "Decisions without Redis",
 		Description: "Rule decisions per second each pod made without Redis, by policy and failure mode: local is the pod's share of the limit, open admits, closed denies.",
-		Unit:        "reqps",
+		Unit:        UnitPerSecond,
 		Queries:     []Query{{Expr: `sum by (pod, policy, mode) (sluice:fallback_decisions:rate1m{` + ns + `})`, Legend: "{{pod}} {{policy}} {{mode}}"}},
 	}, {
 		Title:       "Redis breaker per pod",
 		Description: "Each sidecar's Redis circuit breaker: 0 closed (deciding through Redis), 1 half-open (probing), 2 open (deciding by failure mode).",
-		Unit:        "short",
+		Unit:        UnitCount,
 		Queries:     []Query{{Expr: `max by (pod) (sluice_breaker_state{` + ns + `})`, Legend: "{{pod}}"}},
 	}, {
 		Title:       "Redis errors",
 		Description: "Failed Redis calls per second, by pod and kind (timeout, unavailable).",
-		Unit:        "reqps",
+		Unit:        UnitPerSecond,
 		Queries:     []Query{{Expr: `sum by (pod, kind) (sluice:redis_errors:rate1m{` + ns + `})`, Legend: "{{pod}} {{kind}}"}},
 	}, {
 		Title:       "Decision latency",
 		Description: "Quantiles of the time to decide a request over all its rules (Redis round trips included, queue delay excluded), over 5 minutes.",
-		Unit:        "s",
+		Unit:        UnitSeconds,
 		Queries:     []Query{{Expr: `max by (quantile) (sluice:decision_duration_seconds:quantile_rate5m{` + ns + `})`, Legend: "p{{quantile}}"}},
 	}, {
 		Title:       "Config reloads",
 		Description: "Successful reloads and failed loads of policies.json per pod over 10 minutes; after a failure the sidecar keeps its last good configuration.",
-		Unit:        "short",
+		Unit:        UnitCount,
 		Queries: []Query{
 			{Expr: `sum by (pod) (increase(sluice_config_reloads_total{` + ns + `}[10m]))`, Legend: "{{pod}} reloaded"},
 			{Expr: `sum by (pod) (increase(sluice_config_reload_failures_total{` + ns + `}[10m]))`, Legend: "{{pod}} failed"},
@@ -76,7 +84,7 @@ func Panels() []Panel {
 	}, {
 		Title:       "Pods per policy",
 		Description: "Ready pods each policy selects, and those running without the sidecar although annotated for injection (the policy is not enforced on them), from the manager.",
-		Unit:        "short",
+		Unit:        UnitCount,
 		Queries: []Query{
 			{Expr: `sum by (policy) (sluice_policy_matched_pods{` + ns + `})`, Legend: "{{policy}} matched"},
 			{Expr: `sum by (policy) (sluice_policy_uninjected_pods{` + ns + `})`, Legend: "{{policy}} uninjected"},
@@ -84,7 +92,7 @@ func Panels() []Panel {
 	}, {
 		Title:       "Upstream errors and abandoned queue",
 		Description: "Requests per second the application could not answer (502 from the sidecar), and queued requests whose client left during the delay.",
-		Unit:        "reqps",
+		Unit:        UnitPerSecond,
 		Queries: []Query{
 			{Expr: `sum by (pod) (rate(sluice_upstream_errors_total{` + ns + `}[5m]))`, Legend: "{{pod}} upstream errors"},
 			{Expr: `sum by (pod) (rate(sluice_queue_abandoned_total{` + ns + `}[5m]))`, Legend: "{{pod}} abandoned"},

@@ -63,7 +63,7 @@ func Render(w io.Writer, title string, panels []Panel, data [][]Series) error {
 	img := vgimg.NewWith(vgimg.UseWH(px(renderWidthPx), px(float64(titlePx+rows*panelHeightPx))), vgimg.UseDPI(renderDPI))
 	dc := draw.New(img)
 	dc.SetColor(color.White)
-	dc.Fill(dc.Rectangle.Path())
+	dc.Fill(dc.Path())
 	sty := text.Style{Color: color.Black, Font: font.From(font.Font{Typeface: "Liberation", Variant: "Sans", Weight: xfont.WeightBold}, 16),
 		XAlign: draw.XCenter, YAlign: draw.YTop, Handler: plot.DefaultTextHandler}
 	dc.FillText(sty, vg.Point{X: dc.Center().X, Y: dc.Max.Y - px(10)}, title)
@@ -139,11 +139,11 @@ func panelPlot(p Panel, series []Series) (*plot.Plot, error) {
 
 func unitLabel(unit string) string {
 	switch unit {
-	case "reqps":
+	case UnitPerSecond:
 		return "per second"
-	case "percentunit":
+	case UnitShare:
 		return "share"
-	case "s":
+	case UnitSeconds:
 		return "ms"
 	}
 	return ""
@@ -153,9 +153,9 @@ func unitLabel(unit string) string {
 func unitTicks(unit string) plot.Ticker {
 	return tickFormat{format: func(v float64) string {
 		switch unit {
-		case "percentunit":
+		case UnitShare:
 			return strconv.FormatFloat(v*100, 'g', 3, 64) + "%"
-		case "s":
+		case UnitSeconds:
 			return strconv.FormatFloat(v*1000, 'g', 3, 64)
 		}
 		return strconv.FormatFloat(v, 'g', 4, 64)

@@ -285,7 +285,7 @@ func TestChartDryRun(t *testing.T) {
 				if g := o.GroupVersionKind().Group; g == "cert-manager.io" || g == "monitoring.coreos.com" {
 					continue
 				}
-				if err := c.Patch(ctx, o, client.Apply, client.ForceOwnership, client.FieldOwner("chart-test"), client.DryRunAll); err != nil {
+				if err := c.Apply(ctx, client.ApplyConfigurationFromUnstructured(o), client.ForceOwnership, client.FieldOwner("chart-test"), client.DryRunAll); err != nil {
 					t.Errorf("%s: %v", key(o), err)
 				}
 				applied++

@@ -324,7 +324,7 @@ func query(prom, expr string, start, end time.Time, step time.Duration) ([]sampl
 		} `json:"data"`
 	}
 	if err := json.Unmarshal(body, &r); err != nil {
-		return nil, fmt.Errorf("%s: %s", err, body)
+		return nil, fmt.Errorf("%w: %s", err, body)
 	}
 	if r.Status != "success" {
 		return nil, fmt.Errorf("%s: %s", expr, r.Error)
