@@ -8,6 +8,8 @@ CONTROLLER_GEN ?= $(LOCALBIN)/controller-gen
 GOLANGCI_LINT ?= $(LOCALBIN)/golangci-lint
 CONTROLLER_TOOLS_VERSION ?= v0.23.0
 GOLANGCI_LINT_VERSION ?= v2.15.0
+HELM ?= $(LOCALBIN)/helm
+HELM_VERSION ?= v3.22.0
 
 .PHONY: all
 all: build
@@ -21,8 +23,10 @@ help: ## Show this help.
 ##@ Development
 
 .PHONY: manifests
-manifests: controller-gen ## Generate the CRD, RBAC and webhook manifests from markers.
+manifests: controller-gen ## Generate the CRD, RBAC and webhook manifests from markers, the Grafana dashboard, and the chart's copies.
 	$(CONTROLLER_GEN) rbac:roleName=manager-role crd webhook paths="./..." output:crd:artifacts:config=config/crd/bases
+	go run ./hack/dashboard config/grafana/sluice.json
+	hack/sync-chart.sh
 
 .PHONY: generate
 generate: controller-gen ## Generate DeepCopy methods.
@@ -40,7 +44,7 @@ vet: ## go vet.
 lint: golangci-lint ## Run golangci-lint.
 	$(GOLANGCI_LINT) run ./...
 
-GENERATED := api/v1alpha1/zz_generated.deepcopy.go config/crd/bases config/rbac/role.yaml config/webhook/manifests.yaml
+GENERATED := api/v1alpha1/zz_generated.deepcopy.go config/crd/bases config/rbac/role.yaml config/webhook/manifests.yaml config/grafana/sluice.json dist/chart/templates/crd dist/chart/files
 
 .PHONY: verify
 verify: controller-gen ## Fail when generated files or go.mod are stale (and regenerate them).
@@ -55,13 +59,17 @@ verify: controller-gen ## Fail when generated files or go.mod are stale (and reg
 redis: ## Install redis-server via apt when missing.
 	@hack/ensure-redis.sh
 
+.PHONY: prometheus
+prometheus: ## Install prometheus and promtool (Debian's prometheus) via apt when missing.
+	@hack/ensure-prometheus.sh
+
 .PHONY: envtest
 envtest: ## Provide envtest binaries (kube-apiserver, etcd) and print their directory.
 	@hack/envtest-assets.sh
 
 .PHONY: test
-test: verify fmt vet lint redis ## Run every check and test, against a real API server (envtest) and real redis-server.
-	KUBEBUILDER_ASSETS="$$(hack/envtest-assets.sh)" go test -race -count=1 ./... -coverprofile cover.out
+test: verify fmt vet lint redis prometheus helm-lint ## Run every check and test, against a real API server (envtest) and real redis-server.
+	HELM=$(HELM) KUBEBUILDER_ASSETS="$$(hack/envtest-assets.sh)" go test -race -count=1 ./... -coverprofile cover.out
 
 ##@ Demo
 
@@ -99,12 +107,22 @@ $(GOLANGCI_LINT)-$(GOLANGCI_LINT_VERSION): | $(LOCALBIN)
 	GOBIN=$(LOCALBIN) go install github.com/golangci/golangci-lint/v2/cmd/golangci-lint@$(GOLANGCI_LINT_VERSION)
 	touch $@
 
+.PHONY: helm
+helm: $(HELM)-$(HELM_VERSION) ## Install helm into ./bin.
+$(HELM)-$(HELM_VERSION): | $(LOCALBIN)
+	GOBIN=$(LOCALBIN) go install helm.sh/helm/v3/cmd/helm@$(HELM_VERSION)
+	touch $@
+
+.PHONY: helm-lint
+helm-lint: helm ## Lint the Helm chart in dist/chart.
+	$(HELM) lint --strict dist/chart
+
 ##@ Docs
 
 # The drive of docs/algorithms.png: 30 requests at once at 00:00:00.900 (2026-02-05, UTC), 100 ms
 # before a window boundary, then 25/s for 3 s, through a limit of 10 per 1 s (burst 10).
 .PHONY: plots
-plots: ## Redraw docs/algorithms.png, its trace and its table (docs/algorithms-trace.txt, docs/algorithms.txt).
+plots: ## Redraw docs/algorithms.png, its trace and its table (docs/algorithms-trace.txt, docs/algorithms.txt), and docs/dashboard.png.
 	@mkdir -p docs
 	t=1770249600900; { for i in {1..30}; do echo $$t; done; for i in {1..75}; do echo $$((t + 40 * i)); done; } > docs/algorithms-trace.txt
 	go run ./cmd/sluicectl simulate compare \
@@ -112,6 +130,10 @@ plots: ## Redraw docs/algorithms.png, its trace and its table (docs/algorithms-t
 	  --limit 10 --window 1s --burst 10 --max-delay 1s \
 	  --title "30 requests at once, then 25/s for 3 s, through a limit of 10 per 1 s (burst 10)" \
 	  --plot docs/algorithms.png < docs/algorithms-trace.txt | tee docs/algorithms.txt
+	@hack/ensure-prometheus.sh
+	# docs/dashboard.png: the dashboard's panels from test/prometheus' Prometheus, after a 3.5-minute drive.
+	SLUICE_DASHBOARD_PNG=$(CURDIR)/docs/dashboard.png KUBEBUILDER_ASSETS="$$(hack/envtest-assets.sh)" \
+	  go test -count=1 -timeout 15m -run TestRulesAndDashboardQueriesReturnData ./test/prometheus
 
 ##@ Benchmarks
 

@@ -371,6 +371,8 @@ const (
 // +kubebuilder:printcolumn:name="Rules",type=string,JSONPath=`.status.summary`
 // +kubebuilder:printcolumn:name="Ready",type=string,JSONPath=`.status.conditions[?(@.type=="Ready")].status`
 // +kubebuilder:printcolumn:name="Pods",type=integer,JSONPath=`.status.matchedPods`
+// +kubebuilder:printcolumn:name="Failure Mode",type=string,JSONPath=`.spec.failureMode`,priority=1,description="What the sidecars do while Redis is unreachable"
+// +kubebuilder:printcolumn:name="Uninjected",type=integer,JSONPath=`.status.uninjectedPods`,priority=1,description="Matched pods running without the sidecar: the policy is not enforced on them"
 // +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
 type RateLimitPolicy struct {
 	metav1.TypeMeta   `json:",inline"`

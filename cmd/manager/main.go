@@ -98,6 +98,9 @@ func main() {
 	if err := controller.Setup(mgr); err != nil {
 		fail(err, "Unable to set up controller")
 	}
+	if err := controller.RegisterMetrics(mgr); err != nil {
+		fail(err, "Unable to register the policy metrics")
+	}
 	if err := mgr.AddHealthzCheck("healthz", healthz.Ping); err != nil {
 		fail(err, "Unable to set up health check")
 	}

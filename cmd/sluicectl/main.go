@@ -13,6 +13,7 @@ const usage = `usage: sluicectl <command> [flags]
 commands:
   render     print the policies.json the controller would write for policy files
   simulate   replay arrivals (ms since the epoch, one per line) through a limiter
+  status     what the sidecars of a namespace decide now, per policy and rule (via the API server)
 `
 
 func main() {
@@ -31,6 +32,8 @@ func run(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 		return runRender(args[1:], stdout, stderr)
 	case "simulate":
 		return runSimulate(args[1:], stdin, stdout, stderr)
+	case "status":
+		return runStatus(args[1:], stdout, stderr)
 	case "help", "-h", "--help":
 		fmt.Fprint(stdout, usage)
 		return 0

@@ -46,6 +46,10 @@ type Options struct {
 	Dir string
 	// RedisTimeout is the sidecars' --redis-timeout (the manager's default when zero).
 	RedisTimeout time.Duration
+	// MetricsAddr is where the manager serves its metrics (controller-runtime's and the
+	// policy metrics, controller.RegisterMetrics), e.g. 127.0.0.1:0; none when empty. The
+	// policy metrics go to the process-wide registry: one System per process sets it.
+	MetricsAddr string
 }
 
 // System is Sluice running on loopback.
@@ -137,10 +141,14 @@ func Start(ctx context.Context, opts Options) (_ *System, err error) {
 
 func (s *System) startManager() error {
 	wo := s.ControlPlane.Env.WebhookInstallOptions
+	metricsAddr := "0"
+	if s.opts.MetricsAddr != "" {
+		metricsAddr = s.opts.MetricsAddr
+	}
 	mgr, err := ctrl.NewManager(s.ControlPlane.Config, ctrl.Options{
 		Scheme:                 controller.NewScheme(),
 		Cache:                  controller.CacheOptions(),
-		Metrics:                metricsserver.Options{BindAddress: "0"},
+		Metrics:                metricsserver.Options{BindAddress: metricsAddr},
 		HealthProbeBindAddress: "0",
 		WebhookServer: ctrlwebhook.NewServer(ctrlwebhook.Options{
 			Host: wo.LocalServingHost, Port: wo.LocalServingPort, CertDir: wo.LocalServingCertDir,
@@ -151,6 +159,11 @@ func (s *System) startManager() error {
 	}
 	if err := controller.Setup(mgr); err != nil {
 		return err
+	}
+	if s.opts.MetricsAddr != "" {
+		if err := controller.RegisterMetrics(mgr); err != nil {
+			return err
+		}
 	}
 	cfg := webhook.Config{
 		Image:              SidecarImage,
