@@ -67,7 +67,7 @@ func TestRulesAndDashboardQueriesReturnData(t *testing.T) {
 	defer cancel()
 
 	managerMetrics := "127.0.0.1:" + freePort(t)
-	sys, err := devenv.Start(ctx, devenv.Options{MetricsAddr: managerMetrics, RedisTimeout: 50 * time.Millisecond,
+	sys, err := devenv.Start(ctx, devenv.Options{MetricsAddr: managerMetrics, RedisTimeout: time.Second,
 		Progress: func(format string, args ...any) { t.Logf(format, args...) }})
 	if err != nil {
 		t.Fatal(err)
