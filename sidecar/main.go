@@ -58,6 +58,9 @@ func run() error {
 	localKeys := fs.Int("local-max-keys", limiter.DefaultMaxKeys, "most keys the local store holds")
 	logLevel := fs.String("log-level", "info", "debug, info, warn or error")
 	pprof := fs.Bool("pprof", false, "serve /debug/pprof/ on the metrics listener")
+	maxHeaderBytes := fs.Int("max-header-bytes", proxy.DefaultMaxHeaderBytes, "largest request head (request line and header fields) in bytes; larger ones are answered 431")
+	readHeaderTimeout := fs.Duration("read-header-timeout", proxy.DefaultReadHeaderTimeout, "how long a client may take to send a request's head")
+	idleTimeout := fs.Duration("idle-timeout", proxy.DefaultIdleTimeout, "how long a kept-alive client connection may wait for its next request")
 	_ = fs.Parse(os.Args[1:])
 	if err := envDefaults(fs); err != nil {
 		return err
@@ -149,17 +152,18 @@ func run() error {
 		return nil
 	}
 
-	var protocols http.Protocols
-	protocols.SetHTTP1(true)
-	protocols.SetUnencryptedHTTP2(true)
-	srv := &http.Server{
-		Addr:              *listen,
-		Handler:           handler,
-		Protocols:         &protocols,
-		ReadHeaderTimeout: 10 * time.Second,
-		IdleTimeout:       120 * time.Second,
-		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelDebug),
+	if *maxHeaderBytes < 1024 {
+		return fmt.Errorf("--max-header-bytes %d: at least 1024", *maxHeaderBytes)
 	}
+	if *readHeaderTimeout <= 0 || *idleTimeout <= 0 {
+		return errors.New("--read-header-timeout and --idle-timeout must be positive")
+	}
+	srv := proxy.NewServer(handler, proxy.ServerOptions{
+		MaxHeaderBytes:    *maxHeaderBytes,
+		ReadHeaderTimeout: *readHeaderTimeout,
+		IdleTimeout:       *idleTimeout,
+		Log:               log,
+	})
 	admin := &http.Server{Addr: *metricsListen, Handler: m.AdminHandler(ready, *pprof), ReadHeaderTimeout: 5 * time.Second}
 
 	ln, err := net.Listen("tcp", *listen)

@@ -1,22 +1,27 @@
 // Package proxy is the sidecar's request path: it decides each request against the selected
 // policies (Redis behind a circuit breaker, the local share as fallback) and either answers it
-// (limited, or 503 under failureMode Closed) or passes it to the upstream through a reverse
-// proxy that keeps connections alive and streams bodies, upgrades included.
+// (limited, or 503 under failureMode Closed) or passes it to the upstream, keeping connections
+// alive and streaming bodies, upgrades included.
+//
+// HTTP/1.1 is served by fasthttp's server and forwarded by its HostClient, which cost a
+// third of net/http's server and httputil.ReverseProxy per request; connections that open
+// with the HTTP/2 preface (h2c) go to net/http's server and a ReverseProxy. Both fill the
+// same keys.Request view and call the same decide (decide.go).
 package proxy
 
 import (
-	"context"
-	"errors"
 	"log/slog"
 	"net"
 	"net/http"
 	"net/http/httputil"
 	"net/url"
+	"strings"
 	"sync"
 	"time"
 
+	"github.com/valyala/fasthttp"
+
 	"github.com/sluice-dev/sluice/internal/limiter"
-	"github.com/sluice-dev/sluice/internal/limiter/redisstore"
 	"github.com/sluice-dev/sluice/sidecar/breaker"
 	"github.com/sluice-dev/sluice/sidecar/config"
 	"github.com/sluice-dev/sluice/sidecar/keys"
@@ -43,10 +48,17 @@ type Options struct {
 	Now func() time.Time
 }
 
-// Handler is the sidecar's http.Handler. Safe for concurrent use.
+// Handler is the sidecar's request path: an http.Handler for h2c and a fasthttp handler
+// (Serve, through a Server) for HTTP/1.x. Safe for concurrent use.
 type Handler struct {
 	opts  Options
 	proxy *httputil.ReverseProxy
+	// grpc is proxy over h2c to the upstream, for gRPC calls arriving over h2c.
+	grpc *httputil.ReverseProxy
+	// fast forwards HTTP/1.x requests; upAddr is its host:port, dialled for upgrades.
+	fast   *fasthttp.HostClient
+	upAddr string
+	upTLS  bool
 	// now is Options.Now; nil when that is time.Now, so that a request reads the clock once.
 	now func() time.Time
 }
@@ -92,6 +104,8 @@ func New(opts Options) *Handler {
 	}
 	h.opts = opts
 	target := opts.Upstream
+	h.upAddr, h.upTLS = hostPort(target), target.Scheme == "https"
+	h.fast = newHostClient(h.upAddr, h.upTLS)
 	h.proxy = &httputil.ReverseProxy{
 		// Director (not Rewrite) keeps the incoming Host and appends the peer to
 		// X-Forwarded-For, as the application would see it without the sidecar in front.
@@ -113,159 +127,67 @@ func New(opts Options) *Handler {
 		},
 		ErrorLog: slog.NewLogLogger(opts.Log.Handler(), slog.LevelDebug),
 	}
+	grpc := *h.proxy
+	if _, ok := opts.Transport.(*http.Transport); ok { // not a test's canned RoundTripper
+		grpc.Transport = newH2CTransport()
+	}
+	h.grpc = &grpc
 	return h
 }
 
-// outcome is how one rule was decided.
-type outcome uint8
-
-const (
-	decided     outcome = iota // res holds a decision (Redis or local)
-	skipped                    // failure mode Open: admitted without a decision
-	unavailable                // failure mode Closed: answer 503
-	canceled                   // the client went away
-)
-
-// verdict accumulates the decisions of one request.
-type verdict struct {
-	// show is the rule whose numbers go into the headers: the denying rule with the longest
-	// RetryAfter when denied, else the decided rule with the least Remaining.
-	show    *config.Rule
-	showRes limiter.Result
-	denied  bool
-	delay   time.Duration
+// newH2CTransport is NewTransport speaking HTTP/2 with prior knowledge over cleartext.
+func newH2CTransport() *http.Transport {
+	t := NewTransport()
+	var p http.Protocols
+	p.SetUnencryptedHTTP2(true)
+	t.Protocols = &p
+	return t
 }
 
-func (v *verdict) add(rule *config.Rule, res limiter.Result) {
-	enforcedDeny := !res.Allowed && !rule.Shadow
-	switch {
-	case enforcedDeny:
-		if !v.denied || retryAfter(res) > retryAfter(v.showRes) {
-			v.show, v.showRes = rule, res
-		}
-		v.denied = true
-	case v.denied:
-	case v.show == nil || res.Remaining < v.showRes.Remaining ||
-		(res.Remaining == v.showRes.Remaining && v.show.Shadow && !rule.Shadow):
-		v.show, v.showRes = rule, res
+// hostPort is u's host with the scheme's default port when it has none.
+func hostPort(u *url.URL) string {
+	if u.Port() != "" {
+		return u.Host
 	}
-	if res.Allowed && !rule.Shadow && res.Delay > v.delay {
-		v.delay = res.Delay
+	if u.Scheme == "https" {
+		return net.JoinHostPort(u.Hostname(), "443")
 	}
+	return net.JoinHostPort(u.Hostname(), "80")
 }
 
-// ServeHTTP decides r against every matching rule of every selected policy, then answers it
-// or proxies it.
+// ServeHTTP is the net/http (h2c) request path: it decides r against every matching rule of
+// every selected policy, then answers it or proxies it.
 func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	cfg := h.opts.Config()
-	if len(cfg.Policies) == 0 {
-		h.proxy.ServeHTTP(w, r)
-		return
-	}
-	start := time.Now()
-	now := start
-	if h.now != nil {
-		now = h.now()
-	}
-	ctx := r.Context()
-	req := keys.NewRequest(r)
-	var kb [256]byte
-	var v verdict
-	for _, p := range cfg.Policies {
-		for _, rule := range p.Rules {
-			if !rule.Match.Matches(r) {
-				continue
-			}
-			key := rule.Key.Append(kb[:0], &req)
-			res, out := h.take(ctx, p, rule, key, rule.CostOf(r.Header), now)
-			switch out {
-			case skipped:
-				continue
-			case unavailable:
-				h.opts.Metrics.DecisionSeconds.Observe(time.Since(start).Seconds())
-				writeUnavailable(w, p)
-				return
-			case canceled:
-				return
-			}
-			switch {
-			case res.Allowed:
-				rule.Metrics.Allowed.Inc()
-			case rule.Shadow:
-				rule.Metrics.ShadowDenied.Inc()
-			default:
-				rule.Metrics.Denied.Inc()
-			}
-			v.add(rule, res)
-		}
-	}
-	h.opts.Metrics.DecisionSeconds.Observe(time.Since(start).Seconds())
-	if v.denied {
-		h.writeDenied(w, v.show, v.showRes, now)
-		return
-	}
-	if v.delay > 0 {
-		h.opts.Metrics.QueueDelaySeconds.Observe(v.delay.Seconds())
-		t := time.NewTimer(v.delay)
-		select {
-		case <-t.C:
-		case <-ctx.Done():
-			t.Stop()
-			h.opts.Metrics.QueueAbandoned.Inc()
+	if len(cfg.Policies) > 0 {
+		req := keys.NewRequest(r)
+		d := h.decide(r.Context(), cfg, &req)
+		switch d.action {
+		case deny:
+			writeDenied(w, d.show, d.res, d.now)
+			return
+		case refuse:
+			writeUnavailable(w)
+			return
+		case abandon:
 			return
 		}
+		if d.delay > 0 && !h.queue(d.delay, r.Context().Done()) {
+			return
+		}
+		if d.show != nil {
+			setHeaders(w.Header(), d.show, d.res)
+		}
 	}
-	if v.show != nil {
-		setHeaders(w.Header(), v.show, v.showRes)
+	if r.ProtoMajor == 2 && isGRPC(r.Header["Content-Type"]) {
+		h.grpc.ServeHTTP(w, r)
+		return
 	}
 	h.proxy.ServeHTTP(w, r)
 }
 
-// take decides one rule: through Redis when the breaker allows, else by the policy's failure
-// mode. A Redis error never reaches the client except as Closed's 503.
-func (h *Handler) take(ctx context.Context, p *config.Policy, rule *config.Rule, key []byte, cost int64, now time.Time) (limiter.Result, outcome) {
-	if h.opts.Remote == nil {
-		return h.takeLocal(ctx, rule, key, cost, now)
-	}
-	if h.opts.Breaker.Allow() {
-		res, err := h.opts.Remote.Take(ctx, string(key), rule.Limit, cost, now)
-		if err == nil {
-			h.opts.Breaker.Success()
-			return res, decided
-		}
-		if ctx.Err() != nil && !errors.Is(err, redisstore.ErrUnavailable) {
-			h.opts.Breaker.Release()
-			return limiter.Result{}, canceled
-		}
-		if errors.Is(err, redisstore.ErrTimeout) {
-			h.opts.Metrics.RedisErrors.WithLabelValues("timeout").Inc()
-		} else {
-			h.opts.Metrics.RedisErrors.WithLabelValues("unavailable").Inc()
-		}
-		h.opts.Breaker.Failure()
-		if ctx.Err() != nil {
-			return limiter.Result{}, canceled
-		}
-	}
-	switch p.FailureMode {
-	case config.FailOpen:
-		p.Fallback.Open.Inc()
-		return limiter.Result{}, skipped
-	case config.FailClosed:
-		p.Fallback.Closed.Inc()
-		return limiter.Result{}, unavailable
-	}
-	p.Fallback.Local.Inc()
-	return h.takeLocal(ctx, rule, key, cost, now)
-}
-
-// takeLocal decides rule with the local store and this pod's share of the limit.
-func (h *Handler) takeLocal(ctx context.Context, rule *config.Rule, key []byte, cost int64, now time.Time) (limiter.Result, outcome) {
-	res, err := h.opts.Local.Take(ctx, string(key), rule.Local, rule.LocalCost(cost), now)
-	if err != nil {
-		// Only an invalid limit or time can fail a memory Take; the configuration was
-		// validated, so this is a clock before 1970. Admit rather than fail the request.
-		return limiter.Result{}, skipped
-	}
-	return res, decided
+// isGRPC reports whether a request is a gRPC call, which needs HTTP/2 to the upstream too
+// (trailers, full-duplex streams).
+func isGRPC(ct []string) bool {
+	return len(ct) > 0 && strings.HasPrefix(ct[0], "application/grpc")
 }
