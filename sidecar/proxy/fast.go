@@ -11,6 +11,7 @@ import (
 	"net"
 	"net/http"
 	"net/netip"
+	"sync"
 	"time"
 	"unsafe"
 
@@ -438,6 +439,7 @@ func badRequest(ctx *fasthttp.RequestCtx, msg string) {
 
 // Serve is the fasthttp request path: the HTTP/1.x twin of ServeHTTP.
 func (h *Handler) Serve(ctx *fasthttp.RequestCtx) {
+	defer served(ctx.Conn())
 	req := &ctx.Request
 	var s requestScan
 	if !s.scan(&req.Header) {
@@ -506,11 +508,24 @@ func (h *Handler) forward(ctx *fasthttp.RequestCtx, s *requestScan, peer netip.A
 		req.Header.SetProtocol("HTTP/1.1") // keep the upstream connection alive
 	}
 	req.UseHostHeader = true
+	var body *clientBody
+	if req.IsBodyStream() {
+		body = clientBodies.Get().(*clientBody)
+		body.r = req.BodyStream()
+		req.SetBodyStream(body, req.Header.ContentLength())
+		defer body.release()
+	}
 	resp := &ctx.Response
 	if err := h.fast.Do(req, resp); err != nil {
+		resp.Reset()
+		if body != nil && body.err != nil {
+			// The client's body broke off or is malformed (a bad chunk): its fault, and
+			// the upstream saw at most an unterminated body it discards.
+			badRequest(ctx, "400 Bad Request: malformed or truncated body\n")
+			return
+		}
 		h.opts.Log.Debug("Upstream request failed", "error", err)
 		h.opts.Metrics.UpstreamErrors.Inc()
-		resp.Reset()
 		ctx.SetStatusCode(http.StatusBadGateway)
 		return
 	}
@@ -521,6 +536,27 @@ func (h *Handler) forward(ctx *fasthttp.RequestCtx, s *requestScan, peer netip.A
 	if clientClose {
 		resp.SetConnectionClose()
 	}
+}
+
+// clientBody is a request's body stream that remembers whether reading it failed.
+type clientBody struct {
+	r   io.Reader
+	err error
+}
+
+var clientBodies = sync.Pool{New: func() any { return new(clientBody) }}
+
+func (b *clientBody) Read(p []byte) (int, error) {
+	n, err := b.r.Read(p)
+	if err != nil && err != io.EOF {
+		b.err = err
+	}
+	return n, err
+}
+
+func (b *clientBody) release() {
+	*b = clientBody{}
+	clientBodies.Put(b)
 }
 
 // tunnel forwards an Upgrade request on its own upstream connection; when the upstream

@@ -82,6 +82,7 @@ func NewServer(h *Handler, o ServerOptions) *Server {
 		CloseOnShutdown:       true,
 		SecureErrorLogMessage: true,
 		Logger:                fastLogger{o.Log},
+		ErrorHandler:          parseError,
 	}
 	var p http.Protocols
 	p.SetHTTP1(true) // never used: only connections with the preface arrive
@@ -179,20 +180,55 @@ func (s *Server) Shutdown(ctx context.Context) error {
 	return errors.Join(errFast, errH2)
 }
 
+// parseError answers a request fasthttp could not read.
+func parseError(ctx *fasthttp.RequestCtx, err error) {
+	var small *fasthttp.ErrSmallBuffer
+	var ne net.Error
+	switch {
+	case errors.As(err, &small):
+		// The head did not fit in the read buffer. When not even its first line ended,
+		// the request line (the URI) is what was too long.
+		if sc, ok := ctx.Conn().(*sniffedConn); ok && !sc.sawLF {
+			ctx.Error("414 URI Too Long\n", http.StatusRequestURITooLong)
+			return
+		}
+		ctx.Error("431 Request Header Fields Too Large\n", http.StatusRequestHeaderFieldsTooLarge)
+	case errors.As(err, &ne) && ne.Timeout():
+		ctx.Error("408 Request Timeout\n", http.StatusRequestTimeout)
+	default:
+		ctx.Error("400 Bad Request\n", http.StatusBadRequest)
+	}
+}
+
 // sniffedConn is a connection whose first bytes were read to pick its protocol; they are
-// read again first.
+// read again first. It also notes whether a line ended since the last request was served
+// (sawLF), which tells a request line too long from a header too large.
 type sniffedConn struct {
 	net.Conn
-	head []byte
+	head  []byte
+	sawLF bool
 }
 
 func (c *sniffedConn) Read(p []byte) (int, error) {
+	var n int
+	var err error
 	if len(c.head) > 0 {
-		n := copy(p, c.head)
+		n = copy(p, c.head)
 		c.head = c.head[n:]
-		return n, nil
+	} else {
+		n, err = c.Conn.Read(p)
 	}
-	return c.Conn.Read(p)
+	if !c.sawLF && n > 0 && bytes.IndexByte(p[:n], '\n') >= 0 {
+		c.sawLF = true
+	}
+	return n, err
+}
+
+// served marks the end of a request on c.
+func served(c net.Conn) {
+	if sc, ok := c.(*sniffedConn); ok {
+		sc.sawLF = false
+	}
 }
 
 // NetConn is the accepted connection.
