@@ -452,7 +452,7 @@ func (h *Handler) Serve(ctx *fasthttp.RequestCtx) {
 		return
 	}
 	upgrade := s.isUpgrade()
-	if upgrade || req.Header.ContentLength() != 0 {
+	if cl := req.Header.ContentLength(); upgrade || cl > 0 || cl == -1 {
 		// The read-header timeout ran from the request's first byte; a body or a tunnel
 		// may take as long as it takes, as with net/http's ReadHeaderTimeout.
 		_ = ctx.Conn().SetReadDeadline(time.Time{})

@@ -42,8 +42,10 @@ type Options struct {
 	Local   limiter.Store
 	Metrics *metrics.Metrics
 	Log     *slog.Logger
-	// Transport overrides the upstream transport (NewTransport by default).
+	// Transport overrides the h2c path's upstream transport (NewTransport by default).
 	Transport http.RoundTripper
+	// FastTransport overrides the HTTP/1.x path's (fasthttp's DefaultTransport by default).
+	FastTransport fasthttp.RoundTripper
 	// Now is the clock for reset_at and local decisions; time.Now when nil.
 	Now func() time.Time
 }
@@ -106,6 +108,7 @@ func New(opts Options) *Handler {
 	target := opts.Upstream
 	h.upAddr, h.upTLS = hostPort(target), target.Scheme == "https"
 	h.fast = newHostClient(h.upAddr, h.upTLS)
+	h.fast.Transport = opts.FastTransport
 	h.proxy = &httputil.ReverseProxy{
 		// Director (not Rewrite) keeps the incoming Host and appends the peer to
 		// X-Forwarded-For, as the application would see it without the sidecar in front.
