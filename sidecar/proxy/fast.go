@@ -60,6 +60,9 @@ func idempotent(h *fasthttp.RequestHeader) bool {
 	return h.IsGet() || h.IsHead() || h.IsOptions() || h.IsPut() || h.IsDelete() || h.IsTrace()
 }
 
+// s2b is s as bytes without copying, for fasthttp calls that only read (and copy) them.
+func s2b(s string) []byte { return unsafe.Slice(unsafe.StringData(s), len(s)) }
+
 // b2s is b as a string without copying; valid while b is unchanged (the request's lifetime).
 func b2s(b []byte) string { return unsafe.String(unsafe.SliceData(b), len(b)) }
 

@@ -43,10 +43,8 @@ func retryAfter(res limiter.Result) int64 {
 // rateFields are the rate-limit header fields of one decision, computed once and written into
 // either server's header type: each value is a constant of the rule or a span of buf.
 type rateFields struct {
-	scratch [160]byte
-	buf     []byte
-	n       int
-	f       [5]rateField
+	n int
+	f [5]rateField
 }
 
 type rateField struct {
@@ -66,19 +64,18 @@ func (rf *rateFields) addSpan(name string, sp span) {
 	rf.n++
 }
 
-// compute fills rf with rule's decision res in the rule's policy's styles: the IETF draft's
+// compute appends the values of rule's decision res to buf and returns it, and fills rf in the rule's policy's styles: the IETF draft's
 // RateLimit-Policy and RateLimit structured fields, and the legacy X-RateLimit-Limit/
 // -Remaining/-Reset (Reset in seconds, rounded up). The quota is the one that decided: the
 // shared limit, or this pod's share when decided locally.
-func (rf *rateFields) compute(rule *config.Rule, res limiter.Result) {
+func (rf *rateFields) compute(buf []byte, rule *config.Rule, res limiter.Result) []byte {
 	p := rule.Policy
-	rf.buf, rf.n = rf.scratch[:0], 0
+	rf.n = 0
 	if !p.Draft && !p.Legacy {
-		return
+		return buf
 	}
 	reset := ceilSeconds(res.ResetAfter)
 	shared := res.Limit == rule.Limit.Capacity()
-	buf := rf.buf
 	if p.Draft {
 		if shared {
 			rf.addConst(hRateLimitPolicy, rule.DraftPolicy)
@@ -119,7 +116,7 @@ func (rf *rateFields) compute(rule *config.Rule, res limiter.Result) {
 		sp.end = len(buf)
 		rf.addSpan(hLegacyReset, sp)
 	}
-	rf.buf = buf
+	return buf
 }
 
 // setHeaders writes the rate-limit headers of rule's decision res (see rateFields.compute)
@@ -131,11 +128,12 @@ func (rf *rateFields) compute(rule *config.Rule, res limiter.Result) {
 // rather than overwrite its neighbour).
 func setHeaders(h http.Header, rule *config.Rule, res limiter.Result) {
 	var rf rateFields
-	rf.compute(rule, res)
+	var scratch [160]byte
+	buf := rf.compute(scratch[:0], rule, res)
 	if rf.n == 0 {
 		return
 	}
-	s := string(rf.buf)
+	s := string(buf)
 	vals := make([]string, rf.n)
 	for i, f := range rf.f[:rf.n] {
 		if f.isConst {
@@ -150,12 +148,14 @@ func setHeaders(h http.Header, rule *config.Rule, res limiter.Result) {
 // setFastHeaders is setHeaders for a fasthttp response, without allocating.
 func setFastHeaders(h *fasthttp.ResponseHeader, rule *config.Rule, res limiter.Result) {
 	var rf rateFields
-	rf.compute(rule, res)
+	var scratch [160]byte
+	buf := rf.compute(scratch[:0], rule, res)
 	for _, f := range rf.f[:rf.n] {
+		// The names are canonical constants: no normalizing, no copies (SetCanonical copies).
 		if f.isConst {
-			h.Set(f.name, f.constant)
+			h.SetCanonical(s2b(f.name), s2b(f.constant))
 		} else {
-			h.SetBytesV(f.name, rf.buf[f.sp.start:f.sp.end])
+			h.SetCanonical(s2b(f.name), buf[f.sp.start:f.sp.end])
 		}
 	}
 }
