@@ -318,6 +318,13 @@ func (u *rawUpstream) Problems() []string {
 	return append([]string(nil), u.problems...)
 }
 
+// mark is how many requests and problems the upstream has recorded, for reachedNothing.
+func (u *rawUpstream) mark() [2]int {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	return [2]int{len(u.reqs), len(u.problems)}
+}
+
 // Conns counts the connections that carried at least one request.
 func (u *rawUpstream) Conns() int {
 	u.mu.Lock()

@@ -73,18 +73,18 @@ func rejectsAndCloses(t *testing.T, sc *sidecar, req string, codes []int) int {
 }
 
 // reachedNothing sends a canary request and, once it arrived, fails t if the application
-// received anything else or anything malformed: the canary orders the check after every
-// request the hostile connection could have produced.
-func reachedNothing(t *testing.T, sc *sidecar, up *rawUpstream) {
+// received anything else, or anything malformed, since mark (upstream.mark before the hostile
+// request): the canary orders the check after every request the hostile connection could have
+// produced.
+func reachedNothing(t *testing.T, sc *sidecar, up *rawUpstream, mark [2]int) {
 	t.Helper()
-	before := len(up.Requests())
 	c := dialRaw(t, sc.Addr)
 	c.send(t, "GET /canary HTTP/1.1\r\nHost: app\r\nConnection: close\r\n\r\n")
 	if resp, _, _ := c.response(t, http.MethodGet); resp.StatusCode != 200 {
 		t.Fatalf("canary answered %d", resp.StatusCode)
 	}
-	reqs := up.Requests()
-	if len(reqs) <= before {
+	reqs := up.Requests()[mark[0]:]
+	if len(reqs) == 0 {
 		t.Fatalf("the canary did not reach the upstream")
 	}
 	for _, r := range reqs {
@@ -92,7 +92,7 @@ func reachedNothing(t *testing.T, sc *sidecar, up *rawUpstream) {
 			t.Errorf("the application received %s %s:\n%s", r.Req.Method, r.Req.URL, r.Head)
 		}
 	}
-	if p := up.Problems(); len(p) > 0 {
+	if p := up.Problems()[mark[1]:]; len(p) > 0 {
 		t.Errorf("the application received malformed requests: %q", p)
 	}
 }
@@ -104,9 +104,10 @@ func TestSmugglingRejected(t *testing.T) {
 	sc := startSidecar(t, up.URL())
 	for _, tc := range smugglingCases {
 		t.Run(tc.name, func(t *testing.T) {
+			mark := up.mark()
 			code := rejectsAndCloses(t, sc, tc.req, tc.codes)
 			t.Logf("answered %d", code)
-			reachedNothing(t, sc, up)
+			reachedNothing(t, sc, up, mark)
 		})
 	}
 }
@@ -118,8 +119,9 @@ func TestInvalidRequestLinesRejected(t *testing.T) {
 	sc := startSidecar(t, up.URL())
 	for _, tc := range invalidRequestLines {
 		t.Run(tc.name, func(t *testing.T) {
+			mark := up.mark()
 			rejectsAndCloses(t, sc, tc.req, []int{400})
-			reachedNothing(t, sc, up)
+			reachedNothing(t, sc, up, mark)
 		})
 	}
 }
@@ -152,14 +154,16 @@ func TestHeaderLimits(t *testing.T) {
 		up := newRawUpstream(t, nil)
 		sc := startSidecar(t, up.URL(), extra...)
 		t.Run("headers-over", func(t *testing.T) {
+			mark := up.mark()
 			if code := sendBig(t, sc, bigHeader(over)); code != http.StatusRequestHeaderFieldsTooLarge {
 				t.Errorf("headers of %d bytes answered %d, want 431", over, code)
 			}
-			reachedNothing(t, sc, up)
+			reachedNothing(t, sc, up, mark)
 		})
 		t.Run("request-line-over", func(t *testing.T) {
+			mark := up.mark()
 			t.Logf("a request line of %d bytes answered %d", over, sendBig(t, sc, bigLine(over)))
-			reachedNothing(t, sc, up)
+			reachedNothing(t, sc, up, mark)
 		})
 		t.Run("headers-under", func(t *testing.T) {
 			c := dialRaw(t, sc.Addr)
@@ -181,6 +185,7 @@ func TestSlowClients(t *testing.T) {
 	up := newRawUpstream(t, nil)
 	sc := startSidecar(t, up.URL(), "--read-header-timeout", "300ms", "--idle-timeout", "300ms")
 	t.Run("read-header-timeout", func(t *testing.T) {
+		mark := up.mark()
 		c := dialRaw(t, sc.Addr)
 		c.send(t, "GET /slow-headers HTTP/1.1\r\nHost: app\r\nX-Part: ")
 		rest, err := c.closedByPeer(5 * time.Second)
@@ -190,7 +195,7 @@ func TestSlowClients(t *testing.T) {
 		if len(rest) > 0 && !strings.HasPrefix(string(rest), "HTTP/1.1 4") {
 			t.Errorf("the sidecar answered a request it never received in full: %q", rest)
 		}
-		reachedNothing(t, sc, up)
+		reachedNothing(t, sc, up, mark)
 	})
 	t.Run("idle-timeout", func(t *testing.T) {
 		c := dialRaw(t, sc.Addr)
