@@ -141,7 +141,7 @@ func sendBig(t *testing.T, sc *sidecar, req string) int {
 
 // TestHeaderLimits: headers over the limit get 431 and a request line over it a 4xx (414 is
 // the precise code; net/http answers 431 because it counts the line in the header limit),
-// both with the default limit (1 MiB) and with --max-header-bytes, and nothing reaches the
+// both with the default limit (64 KiB, proxy.DefaultMaxHeaderBytes) and with --max-header-bytes, and nothing reaches the
 // application; a request under the limit passes.
 func TestHeaderLimits(t *testing.T) {
 	bigHeader := func(n int) string {
@@ -173,7 +173,7 @@ func TestHeaderLimits(t *testing.T) {
 			}
 		})
 	}
-	t.Run("default", func(t *testing.T) { check(t, nil, 2<<20, 512<<10) })
+	t.Run("default", func(t *testing.T) { check(t, nil, 2<<20, 48<<10) })
 	t.Run("max-header-bytes-flag", func(t *testing.T) { check(t, []string{"--max-header-bytes", "8192"}, 32<<10, 4<<10) })
 }
 

@@ -155,6 +155,9 @@ type requestScan struct {
 // scan reads h's raw lines; false means the request is malformed and must be refused.
 func (s *requestScan) scan(h *fasthttp.RequestHeader) bool {
 	for k, v := range h.AllInOrder() {
+		if !isToken(k) {
+			return false // "Bad Name: x": a field name is a token (RFC 9110 section 5.1)
+		}
 		switch len(k) {
 		case 2:
 			if equalFold(k, "te") {
@@ -219,6 +222,32 @@ func (s *requestScan) scan(h *fasthttp.RequestHeader) bool {
 	// RFC 9112 section 6.1: a request with both is a smuggling attempt at a proxy; refuse it
 	// rather than guess which framing the application would pick.
 	return s.contentLength <= 1 && s.transferEncoding <= 1 && (s.contentLength == 0 || s.transferEncoding == 0)
+}
+
+// tchar is RFC 9110's token characters.
+var tchar = func() (t [256]bool) {
+	for c := '0'; c <= '9'; c++ {
+		t[c] = true
+	}
+	for c := 'a'; c <= 'z'; c++ {
+		t[c], t[c-'a'+'A'] = true, true
+	}
+	for _, c := range "!#$%&'*+-.^_`|~" {
+		t[c] = true
+	}
+	return t
+}()
+
+func isToken(b []byte) bool {
+	if len(b) == 0 {
+		return false
+	}
+	for _, c := range b {
+		if !tchar[c] {
+			return false
+		}
+	}
+	return true
 }
 
 func (s *requestScan) add(k []byte) {

@@ -10,6 +10,8 @@
 package proxy
 
 import (
+	"context"
+	"io"
 	"log/slog"
 	"net"
 	"net/http"
@@ -115,6 +117,12 @@ func New(opts Options) *Handler {
 		Director: func(r *http.Request) { //nolint:staticcheck // see above: Rewrite would replace Host and X-Forwarded-For
 			r.URL.Scheme = target.Scheme
 			r.URL.Host = target.Host
+			if tb, ok := r.Context().Value(trailerKey{}).(*trailerBody); ok {
+				if r.Trailer == nil {
+					r.Trailer = http.Header{}
+				}
+				tb.dst = r.Trailer
+			}
 			if _, ok := r.Header["User-Agent"]; !ok {
 				r.Header["User-Agent"] = []string{""} // do not let the transport add Go's
 			}
@@ -182,11 +190,38 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			setHeaders(w.Header(), d.show, d.res)
 		}
 	}
+	if len(r.Trailer) > 0 && r.Body != nil && r.Body != http.NoBody {
+		tb := &trailerBody{ReadCloser: r.Body, src: r.Trailer}
+		r.Body = tb
+		r = r.WithContext(context.WithValue(r.Context(), trailerKey{}, tb))
+	}
 	if r.ProtoMajor == 2 && isGRPC(r.Header["Content-Type"]) {
 		h.grpc.ServeHTTP(w, r)
 		return
 	}
 	h.proxy.ServeHTTP(w, r)
+}
+
+// trailerBody carries a request's trailers to the outgoing request. httputil.ReverseProxy
+// clones the request's Trailer map before the body is read, when the values are still
+// unknown; the Director points dst at the clone's, and the values are copied at the body's end,
+// before the transport writes them. (The Director finds it in the context: the proxy wraps
+// the body it sees.)
+type trailerBody struct {
+	io.ReadCloser
+	src, dst http.Header
+}
+
+type trailerKey struct{}
+
+func (b *trailerBody) Read(p []byte) (int, error) {
+	n, err := b.ReadCloser.Read(p)
+	if err == io.EOF && b.dst != nil {
+		for k, v := range b.src {
+			b.dst[k] = v
+		}
+	}
+	return n, err
 }
 
 // isGRPC reports whether a request is a gRPC call, which needs HTTP/2 to the upstream too
