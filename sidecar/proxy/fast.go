@@ -10,6 +10,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"net/http/httputil"
 	"net/netip"
 	"sync"
 	"time"
@@ -469,28 +470,72 @@ func badRequest(ctx *fasthttp.RequestCtx, msg string) {
 	ctx.SetBodyString(msg)
 }
 
+// admitted is a request that passed admit: its header scan, peer and decision.
+type admitted struct {
+	scan requestScan
+	peer netip.Addr // invalid when the peer is not an IP address
+	d    decision
+	// up, br and bw are the upstream connection an Expect: 100-continue request's head
+	// was sent on (nil when the body goes through the HostClient as usual).
+	up net.Conn
+	br *bufio.Reader
+	bw *bufio.Writer
+}
+
+// admittedKey is the user value under which expect leaves its admitted for Serve.
+const admittedKey = "sluice.admitted"
+
 // Serve is the fasthttp request path: the HTTP/1.x twin of ServeHTTP.
 func (h *Handler) Serve(ctx *fasthttp.RequestCtx) {
 	defer served(ctx.Conn())
-	req := &ctx.Request
-	var s requestScan
-	if !s.scan(&req.Header) {
-		badRequest(ctx, "400 Bad Request: conflicting or repeated message framing\n")
+	if a, ok := ctx.UserValue(admittedKey).(*admitted); ok {
+		// Admitted by expect before its body was read.
+		ctx.RemoveUserValue(admittedKey)
+		if a.up != nil {
+			h.forwardExpect(ctx, a)
+			return
+		}
+		h.pass(ctx, a)
 		return
+	}
+	var a admitted
+	if !h.admit(ctx, &a) {
+		return
+	}
+	h.pass(ctx, &a)
+}
+
+func (h *Handler) pass(ctx *fasthttp.RequestCtx, a *admitted) {
+	if a.scan.isUpgrade() {
+		h.tunnel(ctx, &a.scan, a.peer, &a.d)
+		return
+	}
+	h.forward(ctx, &a.scan, a.peer, &a.d)
+}
+
+// admit validates and decides the request of ctx; false when it is answered already (400,
+// a denial, 503, or the client left while it was queued).
+func (h *Handler) admit(ctx *fasthttp.RequestCtx, a *admitted) bool {
+	req := &ctx.Request
+	s := &a.scan
+	if !s.scan(&req.Header) {
+		badRequest(ctx, "400 Bad Request: conflicting or repeated message framing, or an invalid field name\n")
+		return false
 	}
 	path := req.URI().PathOriginal()
 	if !validPath(path) {
 		badRequest(ctx, "400 Bad Request: invalid escape in path\n")
-		return
+		return false
 	}
-	upgrade := s.isUpgrade()
-	if cl := req.Header.ContentLength(); upgrade || cl > 0 || cl == -1 {
+	if cl := req.Header.ContentLength(); s.isUpgrade() || cl > 0 || cl == -1 {
 		// The read-header timeout ran from the request's first byte; a body or a tunnel
 		// may take as long as it takes, as with net/http's ReadHeaderTimeout.
 		_ = ctx.Conn().SetReadDeadline(time.Time{})
 	}
 	peer, peerOK := peerAddr(ctx)
-	var d decision
+	if peerOK {
+		a.peer = peer
+	}
 	if cfg := h.opts.Config(); len(cfg.Policies) > 0 {
 		view := keys.Request{
 			Method:   b2s(req.Header.Method()),
@@ -503,31 +548,175 @@ func (h *Handler) Serve(ctx *fasthttp.RequestCtx) {
 		} else {
 			view.SetRemoteAddr(ctx.RemoteAddr().String())
 		}
-		d = h.decide(context.Background(), cfg, &view)
-		switch d.action {
+		a.d = h.decide(context.Background(), cfg, &view)
+		switch a.d.action {
 		case deny:
-			writeDeniedFast(ctx, d.show, d.res, d.now)
-			return
+			writeDeniedFast(ctx, a.d.show, a.d.res, a.d.now)
+			return false
 		case refuse:
 			writeUnavailableFast(ctx)
-			return
+			return false
 		case abandon:
 			ctx.SetConnectionClose()
-			return
+			return false
 		}
-		if d.delay > 0 && !h.queueFast(ctx, d.delay) {
+		if a.d.delay > 0 && !h.queueFast(ctx, a.d.delay) {
 			ctx.SetConnectionClose()
-			return
+			return false
 		}
 	}
-	if !peerOK {
-		peer = netip.Addr{}
+	return true
+}
+
+// expectContinueTimeout is how long an Expect: 100-continue request waits for the upstream's
+// 100 (or final answer) before its body is sent anyway, as NewTransport's.
+const expectContinueTimeout = time.Second
+
+// expect is fasthttp's ExpectHandler: a request with Expect: 100-continue is admitted, then
+// its head goes to the upstream, whose answer decides: 100 Continue (or no answer within
+// expectContinueTimeout) tells the client to send the body, which Serve then forwards on the
+// same connection; a final answer is the client's, and its body is never read. A denial
+// likewise comes without a 100.
+func (h *Handler) expect(ctx *fasthttp.RequestCtx) int {
+	a := &admitted{}
+	if !h.admit(ctx, a) {
+		return ctx.Response.StatusCode()
 	}
-	if upgrade {
-		h.tunnel(ctx, &s, peer, &d)
+	if a.scan.isUpgrade() {
+		ctx.SetUserValue(admittedKey, a)
+		return fasthttp.StatusContinue
+	}
+	up, err := h.dialUpstream()
+	if err != nil {
+		h.opts.Metrics.UpstreamErrors.Inc()
+		ctx.SetStatusCode(http.StatusBadGateway)
+		return http.StatusBadGateway
+	}
+	req := &ctx.Request
+	a.scan.prepare(&req.Header, a.peer, false)
+	req.Header.Set("Expect", "100-continue")
+	req.Header.ResetConnectionClose()
+	req.Header.SetConnectionClose() // this connection serves this request only
+	if !req.Header.IsHTTP11() {
+		req.Header.SetProtocol("HTTP/1.1")
+	}
+	a.up, a.br, a.bw = up, bufio.NewReader(up), bufio.NewWriterSize(up, 32<<10)
+	if err := req.Header.Write(a.bw); err != nil || a.bw.Flush() != nil {
+		_ = up.Close()
+		h.opts.Metrics.UpstreamErrors.Inc()
+		ctx.SetStatusCode(http.StatusBadGateway)
+		return http.StatusBadGateway
+	}
+	_ = up.SetReadDeadline(time.Now().Add(expectContinueTimeout))
+	resp := &ctx.Response
+	resp.Header.DisableNormalizing()
+	for {
+		if err := resp.Header.Read(a.br); err != nil {
+			var ne net.Error
+			if errors.Is(err, fasthttp.ErrTimeout) || (errors.As(err, &ne) && ne.Timeout()) {
+				break // no word from the upstream: send the body anyway
+			}
+			_ = up.Close()
+			h.opts.Metrics.UpstreamErrors.Inc()
+			resp.Reset()
+			ctx.SetStatusCode(http.StatusBadGateway)
+			return http.StatusBadGateway
+		}
+		code := resp.StatusCode()
+		if code == http.StatusContinue {
+			break
+		}
+		if code > 100 && code < 200 {
+			continue // 102, 103: informational, not an answer
+		}
+		// A final answer before the body: the client's, its body unread.
+		_ = up.SetReadDeadline(time.Time{})
+		err := resp.ReadBody(a.br, 1<<20)
+		_ = up.Close()
+		if err != nil {
+			h.opts.Metrics.UpstreamErrors.Inc()
+			resp.Reset()
+			ctx.SetStatusCode(http.StatusBadGateway)
+			return http.StatusBadGateway
+		}
+		stripResponse(&resp.Header, false)
+		if a.d.show != nil {
+			setFastHeaders(&resp.Header, a.d.show, a.d.res)
+		}
+		return code
+	}
+	_ = up.SetReadDeadline(time.Time{})
+	resp.Reset()
+	ctx.SetUserValue(admittedKey, a)
+	return fasthttp.StatusContinue
+}
+
+// forwardExpect sends the body of a request whose head expect sent, and makes the upstream's
+// final answer ctx's, body streamed.
+func (h *Handler) forwardExpect(ctx *fasthttp.RequestCtx, a *admitted) {
+	req := &ctx.Request
+	var err error
+	if body := req.BodyStream(); body != nil {
+		if cl := req.Header.ContentLength(); cl >= 0 {
+			_, err = io.CopyN(a.bw, body, int64(cl))
+		} else {
+			cw := httputil.NewChunkedWriter(a.bw)
+			if _, err = io.Copy(cw, body); err == nil {
+				err = cw.Close()
+			}
+			if err == nil {
+				_, err = a.bw.WriteString("\r\n") // no trailers
+			}
+		}
+	}
+	if err == nil {
+		err = a.bw.Flush()
+	}
+	up := &upstreamResponse{conn: a.up}
+	r := &up.resp
+	r.StreamBody = true
+	r.Header.DisableNormalizing()
+	r.SkipBody = req.Header.IsHead()
+	if err == nil {
+		err = r.Read(a.br) // skips a late 100 Continue
+	}
+	if err != nil {
+		_ = a.up.Close()
+		h.opts.Metrics.UpstreamErrors.Inc()
+		ctx.SetStatusCode(http.StatusBadGateway)
 		return
 	}
-	h.forward(ctx, &s, peer, &d)
+	resp := &ctx.Response
+	r.Header.CopyTo(&resp.Header)
+	stripResponse(&resp.Header, false)
+	if a.d.show != nil {
+		setFastHeaders(&resp.Header, a.d.show, a.d.res)
+	}
+	if stream := r.BodyStream(); stream != nil {
+		up.body = stream
+		n := r.Header.ContentLength()
+		if n < 0 {
+			n = -1
+		}
+		resp.SetBodyStream(up, n)
+	} else {
+		resp.SetBody(r.Body())
+		_ = up.Close()
+	}
+}
+
+// upstreamResponse is a response read on a connection of its own, closed with its body.
+type upstreamResponse struct {
+	resp fasthttp.Response
+	body io.Reader
+	conn net.Conn
+}
+
+func (u *upstreamResponse) Read(p []byte) (int, error) { return u.body.Read(p) }
+
+func (u *upstreamResponse) Close() error {
+	_ = u.resp.CloseBodyStream()
+	return u.conn.Close()
 }
 
 // forward sends the request to the upstream and makes its response ctx's, body streamed.

@@ -83,6 +83,7 @@ func NewServer(h *Handler, o ServerOptions) *Server {
 		SecureErrorLogMessage: true,
 		Logger:                fastLogger{o.Log},
 		ErrorHandler:          parseError,
+		ExpectHandler:         h.expect,
 	}
 	var p http.Protocols
 	p.SetHTTP1(true) // never used: only connections with the preface arrive
