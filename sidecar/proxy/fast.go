@@ -39,8 +39,8 @@ func newHostClient(addr string, isTLS bool) *fasthttp.HostClient {
 		DisableHeaderNamesNormalizing: true,
 		DisablePathNormalizing:        true,
 		StreamResponseBody:            true,
-		ReadBufferSize:                32 << 10,
-		WriteBufferSize:               32 << 10,
+		ReadBufferSize:                16 << 10, // the largest response head
+		WriteBufferSize:               16 << 10,
 		// Retried once, as net/http's Transport does: an idempotent request without a body
 		// whose pooled connection the application had closed.
 		RetryIfErr: func(req *fasthttp.Request, attempts int, err error) (bool, bool) {

@@ -74,9 +74,12 @@ func NewServer(h *Handler, o ServerOptions) *Server {
 		DisableHeaderNamesNormalizing: true,
 		StreamRequestBody:             true,
 		DisablePreParseMultipartForm:  true,
-		// The read buffer holds a request's whole head: its size is the header limit.
+		// The read buffer holds a request's whole head: its size is the header limit. Idle
+		// connections hand their buffers back (ReduceMemoryUsage), so memory follows the
+		// requests in flight, not the connections open.
 		ReadBufferSize:        o.MaxHeaderBytes,
-		WriteBufferSize:       32 << 10,
+		WriteBufferSize:       16 << 10,
+		ReduceMemoryUsage:     true,
 		ReadTimeout:           o.ReadHeaderTimeout,
 		IdleTimeout:           o.IdleTimeout,
 		CloseOnShutdown:       true,
