@@ -48,7 +48,7 @@ func sidecarBinary(t testing.TB) string {
 		}
 		binPath = filepath.Join(binDir, "sluice-sidecar")
 		if out, err := exec.Command("go", "build", "-o", binPath, ".").CombinedOutput(); err != nil {
-			buildErr = fmt.Errorf("go build: %v\n%s", err, out)
+			buildErr = fmt.Errorf("go build: %w\n%s", err, out)
 		}
 	})
 	if buildErr != nil {
@@ -109,7 +109,7 @@ func startSidecar(t testing.TB, upstream string, extra ...string) *sidecar {
 	go func() { exited <- s.cmd.Wait() }()
 	t.Cleanup(func() {
 		_ = s.cmd.Process.Kill()
-		<-exited
+		<-exited //nolint:errcheck // killed: the exit status only says so
 		if t.Failed() {
 			t.Logf("sidecar %s log:\n%s", strings.Join(args, " "), s.Logs())
 		}

@@ -38,7 +38,7 @@ func clients() map[string]*http.Client {
 func TestKeepAliveBothSides(t *testing.T) {
 	var mu sync.Mutex
 	active := map[net.Conn]bool{} // upstream connections that carried a request
-	up := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	up := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
 		_, _ = io.WriteString(w, "hello")
 	}))
 	up.Config.ConnState = func(c net.Conn, s http.ConnState) {
@@ -663,7 +663,7 @@ func TestHeadersAsSent(t *testing.T) {
 // application do not reach the client; framing is the sidecar's own on each side, and
 // end-to-end headers pass both ways.
 func TestHopByHopRemoved(t *testing.T) {
-	up := newRawUpstream(t, func(r *upstreamRequest) string {
+	up := newRawUpstream(t, func(_ *upstreamRequest) string {
 		return "HTTP/1.1 200 OK\r\n" +
 			"Connection: X-Resp-Drop, keep-alive\r\n" +
 			"X-Resp-Drop: 1\r\n" +

@@ -100,7 +100,7 @@ func BenchmarkServeHTTP(b *testing.B) {
 // cannedFast is cannedTransport for the fasthttp path.
 type cannedFast struct{}
 
-func (cannedFast) RoundTrip(_ *fasthttp.HostClient, req *fasthttp.Request, resp *fasthttp.Response) (bool, error) {
+func (cannedFast) RoundTrip(_ *fasthttp.HostClient, _ *fasthttp.Request, resp *fasthttp.Response) (bool, error) {
 	resp.Header.SetContentType("text/plain")
 	resp.SetBodyRaw(cannedBody)
 	return false, nil

@@ -62,10 +62,10 @@ func idempotent(h *fasthttp.RequestHeader) bool {
 }
 
 // s2b is s as bytes without copying, for fasthttp calls that only read (and copy) them.
-func s2b(s string) []byte { return unsafe.Slice(unsafe.StringData(s), len(s)) }
+func s2b(s string) []byte { return unsafe.Slice(unsafe.StringData(s), len(s)) } //nolint:gosec // read-only views of constants, copied by fasthttp
 
 // b2s is b as a string without copying; valid while b is unchanged (the request's lifetime).
-func b2s(b []byte) string { return unsafe.String(unsafe.SliceData(b), len(b)) }
+func b2s(b []byte) string { return unsafe.String(unsafe.SliceData(b), len(b)) } //nolint:gosec // the request's bytes, read while it is served
 
 // fastHeader is a fasthttp request header as a keys.Header. The server keeps header names as
 // the client sent them, so a name not found as given (canonical) is looked up ignoring case.
@@ -165,11 +165,10 @@ func (s *requestScan) scan(h *fasthttp.RequestHeader) bool {
 				s.add(k)
 			}
 		case 7:
+			// (Trailer is not stripped: fasthttp keeps it and writes it again with the trailers.)
 			if equalFold(k, "upgrade") {
 				s.upgrade = true
 				s.add(k)
-			} else if equalFold(k, "trailer") {
-				// fasthttp keeps Trailer itself and writes it again when the body has trailers.
 			}
 		case 10:
 			if equalFold(k, "connection") {
@@ -362,7 +361,7 @@ func stripResponse(h *fasthttp.ResponseHeader, keepUpgrade bool) {
 						elem, v = v, nil
 					}
 					elem = bytes.Trim(elem, " \t")
-					if len(elem) > 0 && !equalFold(elem, "close") && !equalFold(elem, "keep-alive") && !(keepUpgrade && equalFold(elem, "upgrade")) {
+					if len(elem) > 0 && !equalFold(elem, "close") && !equalFold(elem, "keep-alive") && (!keepUpgrade || !equalFold(elem, "upgrade")) {
 						named[nnamed] = elem
 						nnamed++
 					}
