@@ -7,11 +7,17 @@
 # RATE req/s, a CPU profile of the sidecar deciding through Redis, and an outage run (redis
 # killed with SIGKILL and restarted under load). Everything it started is stopped on exit.
 #
+# Each wrk run also reads the CPU time (utime+stime from /proc, children included: nginx's
+# workers) the proxy process spent serving it, divided by the requests wrk completed, and the
+# proxy's resident memory (VmRSS) at the end of the run; both are printed as ratios to nginx's.
+#
 # Needs: go, wrk, nginx, redis-server, python3. Usage: bench/proxy.sh  (DURATION=10 RATE=1000
 # CONNS=64 THREADS=2 to change the defaults; BENCH_REPEAT=3 repeats the wrk and fixed-rate runs;
-# PROFILE=0 and OUTAGE=0 skip the profile and the outage run; OUT=dir also writes each result as
-# a tab-separated line to dir/proxy.tsv, "repeat wrk|fixed target req/s p50-ms p99-ms non-2xx",
-# and wrk's outputs next to it, for bench/bench.sh).
+# PROFILE=0 and OUTAGE=0 skip the profile and the outage run; BASELINE=path/to/sluice-sidecar adds
+# that binary in the same three configurations as "baseline-..." targets, to compare two builds in
+# one run; OUT=dir also writes each result as a tab-separated line to dir/proxy.tsv, "repeat
+# wrk|fixed target req/s p50-ms p99-ms non-2xx" and "repeat cpu target us-per-request rss-kib
+# requests", and wrk's outputs next to it, for bench/bench.sh).
 set -euo pipefail
 
 DURATION=${DURATION:-10}
@@ -22,6 +28,7 @@ BENCH_REPEAT=${BENCH_REPEAT:-1}
 PROFILE=${PROFILE:-1}
 OUTAGE=${OUTAGE:-1}
 OUT=${OUT:-}
+BASELINE=${BASELINE:-}
 
 cd "$(dirname "$0")/.."
 for bin in go wrk nginx redis-server python3; do
@@ -75,11 +82,13 @@ cat > "$WORK/policies.json" <<'EOF'
  "rules":[{"name":"per-client","key":[{"source":"clientIP"}],"algorithm":"TokenBucket","limit":100000000,"windowMs":1000,"burst":100000000,"cost":1,"mode":"Enforce"}]}]}
 EOF
 
-# sidecar NAME CONFIG [extra flags...]: starts a sidecar, sets SC_PORT, SC_METRICS, SC_PID.
+# sidecar NAME CONFIG [extra flags...]: starts a sidecar ($SIDECAR_BIN), sets SC_PORT, SC_METRICS,
+# SC_PID.
+SIDECAR_BIN=$WORK/sluice-sidecar
 sidecar() {
   local name=$1 config=$2; shift 2
   SC_PORT=$(freeport); SC_METRICS=$(freeport)
-  "$WORK/sluice-sidecar" --listen "127.0.0.1:$SC_PORT" --upstream "http://127.0.0.1:$UP" \
+  "$SIDECAR_BIN" --listen "127.0.0.1:$SC_PORT" --upstream "http://127.0.0.1:$UP" \
     --config "$config" --pod-labels-file "" --metrics-listen "127.0.0.1:$SC_METRICS" --pprof "$@" \
     > "$WORK/$name.log" 2>&1 &
   SC_PID=$!; PIDS+=($SC_PID)
@@ -89,26 +98,67 @@ sidecar() {
 }
 
 waitport "$UP"; waitport "$REDIS"; waitport "$NGINX"
-sidecar none "$WORK/absent.json";            NONE=$SC_PORT
+NGINX_PID=${PIDS[-1]}
+sidecar none "$WORK/absent.json";            NONE=$SC_PORT; NONE_M=$SC_METRICS; NONE_PID=$SC_PID
 sidecar redis "$WORK/policies.json" --redis-url "redis://127.0.0.1:$REDIS/0"; RED=$SC_PORT; RED_M=$SC_METRICS; RED_PID=$SC_PID
-sidecar local "$WORK/policies.json";          LOC=$SC_PORT
+sidecar local "$WORK/policies.json";          LOC=$SC_PORT; LOC_PID=$SC_PID
+TARGETS=("direct $UP 0" "nginx+limit_req $NGINX $NGINX_PID" "sidecar-no-policy $NONE $NONE_PID" "sidecar+redis $RED $RED_PID" "sidecar-local $LOC $LOC_PID")
+if [ -n "$BASELINE" ]; then
+  SIDECAR_BIN=$BASELINE
+  sidecar base-none "$WORK/absent.json"; B_NONE_M=$SC_METRICS; TARGETS+=("baseline-no-policy $SC_PORT $SC_PID")
+  sidecar base-redis "$WORK/policies.json" --redis-url "redis://127.0.0.1:$REDIS/0"; B_RED_M=$SC_METRICS; TARGETS+=("baseline+redis $SC_PORT $SC_PID")
+  sidecar base-local "$WORK/policies.json"; TARGETS+=("baseline-local $SC_PORT $SC_PID")
+  SIDECAR_BIN=$WORK/sluice-sidecar
+fi
 
 # ms VALUE: wrk's latency (e.g. 812.00us, 1.20ms, 2.01s) in milliseconds.
 ms() { awk -v v="$1" 'BEGIN { n = v + 0; u = v; sub(/^[0-9.]+/, "", u); f = (u == "us") ? 0.001 : (u == "s") ? 1000 : (u == "m") ? 60000 : 1; printf "%.3f", n * f }'; }
 # record FIELDS...: one tab-separated line of results in $OUT/proxy.tsv.
 record() { [ -z "$OUT" ] || { local IFS=$'\t'; printf '%s\n' "$*" >> "$OUT/proxy.tsv"; }; }
 
-declare -A RPS P50 P99 FIX
-run_wrk() { # repeat name port
+# ticks PID: CPU time (utime+stime, clock ticks) of PID and its children (nginx's workers).
+ticks() {
+  local t=0 p s
+  for p in "$1" $(pgrep -P "$1" || true); do
+    s=$(awk '{print $14 + $15}' "/proc/$p/stat" 2>/dev/null || echo 0)
+    t=$((t + s))
+  done
+  echo "$t"
+}
+# rss PID: resident KiB of PID and its children.
+rss() {
+  local t=0 p s
+  for p in "$1" $(pgrep -P "$1" || true); do
+    s=$(awk '/^VmRSS:/ {print $2}' "/proc/$p/status" 2>/dev/null || echo 0)
+    t=$((t + ${s:-0}))
+  done
+  echo "$t"
+}
+HZ=$(getconf CLK_TCK)
+
+declare -A RPS P50 P99 FIX CPU RSS
+run_wrk() { # repeat name port pid (0: not a proxy)
   curl -sf "http://127.0.0.1:$3/" >/dev/null
   wrk -t1 -c8 -d1s "http://127.0.0.1:$3/" >/dev/null # warm connections
+  local t0=0 t1=0
+  [ "$4" = 0 ] || t0=$(ticks "$4")
   local out; out=$(wrk -t"$THREADS" -c"$CONNS" -d"${DURATION}s" --latency "http://127.0.0.1:$3/")
+  [ "$4" = 0 ] || t1=$(ticks "$4")
   [ -z "$OUT" ] || printf '%s\n' "$out" > "$OUT/wrk-$2-$1.txt"
   RPS[$2]=$(awk '/Requests\/sec/ {print $2}' <<<"$out")
   P50[$2]=$(awk '$1=="50%" {print $2}' <<<"$out")
   P99[$2]=$(awk '$1=="99%" {print $2}' <<<"$out")
   local bad; bad=$(awk '/Non-2xx/ {print $5}' <<<"$out")
-  printf '%-22s %10s req/s  p50 %8s  p99 %8s  non-2xx %s\n' "$2" "${RPS[$2]}" "${P50[$2]}" "${P99[$2]}" "${bad:-0}"
+  local n; n=$(awk '/requests in/ {print $1}' <<<"$out")
+  local cpu="-" mem="-"
+  if [ "$4" != 0 ]; then
+    cpu=$(awk -v d=$((t1 - t0)) -v hz="$HZ" -v n="$n" 'BEGIN { printf "%.1f", d / hz / n * 1e6 }')
+    mem=$(rss "$4")
+    CPU[$2]=$cpu; RSS[$2]=$mem
+    record "$1" cpu "$2" "$cpu" "$mem" "$n"
+  fi
+  printf '%-22s %10s req/s  p50 %8s  p99 %8s  non-2xx %-6s CPU %6s us/req  RSS %6s KiB\n' \
+    "$2" "${RPS[$2]}" "${P50[$2]}" "${P99[$2]}" "${bad:-0}" "$cpu" "$mem"
   record "$1" wrk "$2" "${RPS[$2]}" "$(ms "${P50[$2]}")" "$(ms "${P99[$2]}")" "${bad:-0}"
 }
 run_fixed() { # repeat name port
@@ -121,23 +171,33 @@ run_fixed() { # repeat name port
     "$(sed -E 's/.*non200=([0-9]+).*/\1/' <<<"$out")"
 }
 
-TARGETS=("direct $UP" "nginx+limit_req $NGINX" "sidecar-no-policy $NONE" "sidecar+redis $RED" "sidecar-local $LOC")
 for rep in $(seq "$BENCH_REPEAT"); do
-  echo "## repeat $rep/$BENCH_REPEAT: wrk -t$THREADS -c$CONNS -d${DURATION}s (closed loop, max throughput), $(nproc) CPUs shared by load generator and servers"
+  echo "## repeat $rep/$BENCH_REPEAT: wrk -t$THREADS -c$CONNS -d${DURATION}s (closed loop, max throughput), $(nproc) CPUs shared by load generator and servers, load average $(cut -d' ' -f1-3 /proc/loadavg)"
   for t in "${TARGETS[@]}"; do
-    read -r name port <<<"$t"
-    run_wrk "$rep" "$name" "$port"
+    read -r name port pid <<<"$t"
+    run_wrk "$rep" "$name" "$port" "$pid"
   done
-  python3 - "${RPS[sidecar+redis]}" "${RPS[nginx+limit_req]}" "${RPS[sidecar-no-policy]}" <<'EOF'
+  args=()
+  for t in "${TARGETS[@]}"; do
+    read -r name _ pid <<<"$t"
+    [ "$pid" = 0 ] || args+=("$name" "${RPS[$name]}" "${CPU[$name]}" "${RSS[$name]}")
+  done
+  python3 - "${args[@]}" <<'EOF'
 import sys
-red, ngx, none = map(float, sys.argv[1:])
-print(f"ratio sidecar+redis / nginx             = {red/ngx:.2f}  (goal >= 0.5)")
-print(f"ratio sidecar+redis / sidecar-no-policy = {red/none:.2f}  (goal >= 0.8)")
+a = sys.argv[1:]
+rows = {a[i]: tuple(map(float, a[i + 1:i + 4])) for i in range(0, len(a), 4)}
+goal = {"sidecar-no-policy": "CPU <= 1.3, req/s >= 0.9", "sidecar-local": "CPU <= 1.4", "sidecar+redis": "CPU <= 1.6, req/s >= 0.8"}
+rps0, cpu0, rss0 = rows["nginx+limit_req"]
+for name, (rps, cpu, rss) in rows.items():
+    if name == "nginx+limit_req":
+        continue
+    print(f"{name:22} / nginx: CPU per request {cpu/cpu0:.2f}  req/s {rps/rps0:.2f}  RSS {rss/rss0:.2f} ({rss/1024:.1f} MiB)"
+          + (f"  (goal {goal[name]})" if name in goal else ""))
 EOF
 
   echo "## repeat $rep/$BENCH_REPEAT: open loop at $RATE req/s for ${DURATION}s (latency from scheduled start)"
   for t in "${TARGETS[@]}"; do
-    read -r name port <<<"$t"
+    read -r name port _ <<<"$t"
     run_fixed "$rep" "$name" "$port"
   done
   python3 - "${FIX[direct]}" "${FIX[sidecar+redis]}" "${FIX[sidecar-local]}" <<'EOF'
@@ -149,18 +209,26 @@ for name, s in (("sidecar+redis", r), ("sidecar-local", l)):
 EOF
 done
 
+# profile NAME PORT METRICS BINARY: a CPU profile of a sidecar under wrk (8 s), its top entries.
+profile() {
+  echo "## CPU profile of $1 under wrk (8s)"
+  wrk -t"$THREADS" -c"$CONNS" -d10s "http://127.0.0.1:$2/" >/dev/null &
+  local w=$!
+  sleep 1
+  curl -sf -o "$WORK/cpu-$1.pprof" "http://127.0.0.1:$3/debug/pprof/profile?seconds=8"
+  wait $w
+  go tool pprof -top -nodecount=25 "$4" "$WORK/cpu-$1.pprof" 2>/dev/null | sed -n '1,32p'
+  echo "### cumulative, request path"
+  go tool pprof -top -cum -nodecount=200 "$4" "$WORK/cpu-$1.pprof" 2>/dev/null |
+    grep -E 'proxy\.\(\*Handler\)|redisstore|ReverseProxy\)\.ServeHTTP|fasthttp\.\(\*(Server|HostClient)\)\.(serveConn|Do)\b|keys\.|Transport\)\.RoundTrip|go-redis.*Process|syscall\.Syscall|runtime\.gcBgMarkWorker|runtime\.mallocgc|metrics|breaker' | head -20
+}
 if [ "$PROFILE" = 1 ]; then
-echo "## CPU profile of sidecar+redis under wrk (8s)"
-wrk -t"$THREADS" -c"$CONNS" -d10s "http://127.0.0.1:$RED/" >/dev/null &
-WRK=$!
-sleep 1
-curl -sf -o "$WORK/cpu.pprof" "http://127.0.0.1:$RED_M/debug/pprof/profile?seconds=8"
-wait $WRK
-go tool pprof -top -nodecount=25 "$WORK/sluice-sidecar" "$WORK/cpu.pprof" 2>/dev/null | sed -n '1,32p'
-echo "### cumulative, request path"
-go tool pprof -top -cum -nodecount=200 "$WORK/sluice-sidecar" "$WORK/cpu.pprof" 2>/dev/null |
-  grep -E 'proxy\.\(\*Handler\)|redisstore|ReverseProxy\)\.ServeHTTP|keys\.|Transport\)\.RoundTrip|go-redis.*Process|syscall\.Syscall|runtime\.gcBgMarkWorker|metrics|breaker' | head -20
-
+  profile sidecar-no-policy "$NONE" "$NONE_M" "$WORK/sluice-sidecar"
+  profile sidecar+redis "$RED" "$RED_M" "$WORK/sluice-sidecar"
+  if [ -n "$BASELINE" ]; then
+    profile baseline-no-policy "$(awk '/^baseline-no-policy/ {print $2}' <<<"$(printf '%s\n' "${TARGETS[@]}")")" "$B_NONE_M" "$BASELINE"
+    profile baseline+redis "$(awk '/^baseline\+redis/ {print $2}' <<<"$(printf '%s\n' "${TARGETS[@]}")")" "$B_RED_M" "$BASELINE"
+  fi
 fi
 
 [ "$OUTAGE" = 1 ] || exit 0

@@ -207,9 +207,15 @@ def section_store(out):
 
 def section_proxy(out):
     rows = read_tsv(os.path.join(out, "proxy.tsv"))
-    targets = ["direct", "nginx+limit_req", "sidecar-no-policy", "sidecar+redis", "sidecar-local"]
-    data = {}
+    targets = ["direct", "nginx+limit_req", "sidecar-no-policy", "sidecar+redis", "sidecar-local",
+               "baseline-no-policy", "baseline+redis", "baseline-local"]
+    data, cpu = {}, {}
     for r in rows:
+        if r[1] == "cpu":
+            c = cpu.setdefault(r[2], {"us": [], "rss": []})
+            c["us"].append(float(r[3]))
+            c["rss"].append(float(r[4]))
+            continue
         rep, kind, name, rps, p50, p99, bad = r
         d = data.setdefault((kind, name), {"rps": [], "p50": [], "p99": [], "bad": 0})
         d["rps"].append(float(rps))
@@ -254,6 +260,30 @@ def section_proxy(out):
                 lines.append(f"| {t} | {fmt_num(v['rps'])} | **{fmt_ratio(v['rps'] / d0['rps'])}** | **{fmt_ratio(v['rps'] / n0['rps'])}** | {lat} | {v['bad']} |")
             else:
                 lines.append(f"| {t} | {fmt_num(v['rps'])} | {lat} | {v['bad']} |")
+    n0 = cpu.get("nginx+limit_req")
+    if n0:
+        us0, rss0 = median(n0["us"]), median(n0["rss"])
+        rps0 = med.get(("wrk", "nginx+limit_req"), {}).get("rps", float("nan"))
+        goals = {"sidecar-no-policy": "CPU ≤ 1.3×, req/s ≥ 0.9×", "sidecar-local": "CPU ≤ 1.4×",
+                 "sidecar+redis": "CPU ≤ 1.6×, req/s ≥ 0.8×"}
+        lines += [
+            "",
+            "Cost of each proxy process during the closed-loop runs: CPU time (utime+stime from /proc, nginx's "
+            "workers included) divided by the requests wrk completed, and resident memory at the end of the run, "
+            "each as a ratio to nginx's in the same run (lower is better). The Redis rule's work inside "
+            "redis-server is not included.",
+            "",
+            "| target | CPU per request | ÷ nginx | req/s ÷ nginx | RSS | ÷ nginx | goal |",
+            "|---|--:|--:|--:|--:|--:|---|",
+        ]
+        for t in targets:
+            c = cpu.get(t)
+            if not c:
+                continue
+            us, rss = median(c["us"]), median(c["rss"])
+            rps = med.get(("wrk", t), {}).get("rps", float("nan"))
+            lines.append(f"| {t} | {us:.1f} µs | **{fmt_ratio(us / us0)}** | {fmt_ratio(rps / rps0)} | "
+                         f"{rss / 1024:.1f} MiB | {fmt_ratio(rss / rss0)} | {goals.get(t, '')} |")
     lines.append("")
     return lines
 

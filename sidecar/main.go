@@ -134,17 +134,18 @@ func run() error {
 		return nil
 	}
 
-	var protocols http.Protocols
-	protocols.SetHTTP1(true)
-	protocols.SetUnencryptedHTTP2(true)
-	srv := &http.Server{
-		Addr:              o.Listen,
-		Handler:           handler,
-		Protocols:         &protocols,
-		ReadHeaderTimeout: 10 * time.Second,
-		IdleTimeout:       120 * time.Second,
-		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelDebug),
+	if o.MaxHeaderBytes < 1024 {
+		return fmt.Errorf("--%s %d: at least 1024", inject.FlagMaxHeaderBytes, o.MaxHeaderBytes)
 	}
+	if o.ReadHeaderTimeout <= 0 || o.IdleTimeout <= 0 {
+		return fmt.Errorf("--%s and --%s must be positive", inject.FlagReadHeaderTimeout, inject.FlagIdleTimeout)
+	}
+	srv := proxy.NewServer(handler, proxy.ServerOptions{
+		MaxHeaderBytes:    o.MaxHeaderBytes,
+		ReadHeaderTimeout: o.ReadHeaderTimeout,
+		IdleTimeout:       o.IdleTimeout,
+		Log:               log,
+	})
 	admin := &http.Server{Addr: o.MetricsListen, Handler: m.AdminHandler(ready, o.Pprof), ReadHeaderTimeout: 5 * time.Second}
 
 	ln, err := net.Listen("tcp", o.Listen)

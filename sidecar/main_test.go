@@ -9,7 +9,6 @@ import (
 	"net/http/httptest"
 	"os"
 	"os/exec"
-	"path/filepath"
 	"strings"
 	"sync/atomic"
 	"syscall"
@@ -31,10 +30,7 @@ func TestBinary(t *testing.T) {
 	if testing.Short() {
 		t.Skip("builds the binary")
 	}
-	bin := filepath.Join(t.TempDir(), "sluice-sidecar")
-	if out, err := exec.Command("go", "build", "-o", bin, ".").CombinedOutput(); err != nil {
-		t.Fatalf("go build: %v\n%s", err, out)
-	}
+	bin := sidecarBinary(t)
 	redis := redisserver.StartTest(t)
 	// The webhook passes the password in SLUICE_REDIS_PASSWORD, never in the URL.
 	if _, err := redis.Do("CONFIG", "SET", "requirepass", "s3cret"); err != nil {

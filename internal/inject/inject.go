@@ -83,6 +83,9 @@ const (
 	FlagLocalMaxKeys       = "local-max-keys"
 	FlagLogLevel           = "log-level"
 	FlagPprof              = "pprof"
+	FlagMaxHeaderBytes     = "max-header-bytes"
+	FlagReadHeaderTimeout  = "read-header-timeout"
+	FlagIdleTimeout        = "idle-timeout"
 )
 
 // EnvPrefix starts the name of every environment variable the sidecar reads.

@@ -18,6 +18,7 @@ import (
 	"github.com/sluice-dev/sluice/internal/policy"
 	"github.com/sluice-dev/sluice/sidecar/breaker"
 	"github.com/sluice-dev/sluice/sidecar/config"
+	"github.com/sluice-dev/sluice/sidecar/proxy"
 )
 
 // Options are the sidecar's settings, as its flags and environment give them.
@@ -32,6 +33,10 @@ type Options struct {
 	LocalMaxKeys                                       int
 	LogLevel                                           string
 	Pprof                                              bool
+	// MaxHeaderBytes, ReadHeaderTimeout and IdleTimeout bound what a client may send and how
+	// slowly (see proxy.ServerOptions).
+	MaxHeaderBytes                 int
+	ReadHeaderTimeout, IdleTimeout time.Duration
 	// RedisPassword is $SLUICE_REDIS_PASSWORD (inject.EnvRedisPassword); no flag sets it, so
 	// that it never shows in the pod spec's arguments.
 	RedisPassword string
@@ -56,6 +61,9 @@ func NewFlagSet(o *Options, h flag.ErrorHandling) *flag.FlagSet {
 	fs.IntVar(&o.LocalMaxKeys, inject.FlagLocalMaxKeys, limiter.DefaultMaxKeys, "most keys the local store holds")
 	fs.StringVar(&o.LogLevel, inject.FlagLogLevel, "info", "debug, info, warn or error")
 	fs.BoolVar(&o.Pprof, inject.FlagPprof, false, "serve /debug/pprof/ on the metrics listener")
+	fs.IntVar(&o.MaxHeaderBytes, inject.FlagMaxHeaderBytes, proxy.DefaultMaxHeaderBytes, "largest request head (request line and header fields) in bytes; larger ones are answered 431 (414 for the request line)")
+	fs.DurationVar(&o.ReadHeaderTimeout, inject.FlagReadHeaderTimeout, proxy.DefaultReadHeaderTimeout, "how long a client may take to send a request's head")
+	fs.DurationVar(&o.IdleTimeout, inject.FlagIdleTimeout, proxy.DefaultIdleTimeout, "how long a kept-alive client connection may wait for its next request")
 	return fs
 }
 

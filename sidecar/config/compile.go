@@ -80,9 +80,14 @@ type Rule struct {
 // CostOf returns the cost of r under the rule: CostHeader's value when it is a positive
 // integer within capacity, the rule's Cost otherwise.
 func (r *Rule) CostOf(header map[string][]string) int64 {
+	return r.CostFrom(keys.HTTPHeader(header))
+}
+
+// CostFrom is CostOf for any request view's header.
+func (r *Rule) CostFrom(header keys.Header) int64 {
 	if r.CostHeader != "" {
-		if vs := header[r.CostHeader]; len(vs) > 0 {
-			if n, ok := keys.ParseCost(vs[0], r.Limit.Capacity()); ok {
+		if v, ok := header.Get(r.CostHeader); ok {
+			if n, ok := keys.ParseCost(v, r.Limit.Capacity()); ok {
 				return n
 			}
 		}

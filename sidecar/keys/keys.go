@@ -144,16 +144,22 @@ func CompileMatch(m *policy.Match) Match {
 	return Match{pathPrefix: m.PathPrefix, methods: m.Methods, headers: m.Headers}
 }
 
-// Matches reports whether r satisfies every condition. Header names are canonical already
-// (the rendered format guarantees it), so the lookup is a plain map access.
+// Matches reports whether r satisfies every condition.
 func (m *Match) Matches(r *http.Request) bool {
-	if m.pathPrefix != "" && !strings.HasPrefix(r.URL.Path, m.pathPrefix) {
+	req := NewRequest(r)
+	return m.MatchesRequest(&req)
+}
+
+// MatchesRequest reports whether req satisfies every condition. Header names are canonical
+// already (the rendered format guarantees it).
+func (m *Match) MatchesRequest(req *Request) bool {
+	if m.pathPrefix != "" && !strings.HasPrefix(req.Path, m.pathPrefix) {
 		return false
 	}
 	if len(m.methods) > 0 {
 		found := false
 		for _, meth := range m.methods {
-			if meth == r.Method {
+			if meth == req.Method {
 				found = true
 				break
 			}
@@ -163,26 +169,71 @@ func (m *Match) Matches(r *http.Request) bool {
 		}
 	}
 	for _, h := range m.headers {
-		vs := r.Header[h.Name]
-		if len(vs) == 0 || vs[0] != h.Value {
+		if v, ok := req.Header.Get(h.Name); !ok || v != h.Value {
 			return false
 		}
 	}
 	return true
 }
 
-// Request carries one request and what its keys reuse: the parsed peer address. The zero value
-// is not usable; see NewRequest.
+// Header is what rules read of a request's header fields, whatever HTTP library parsed them.
+// Names passed to it are in canonical form (X-Api-Key); an implementation finds a field
+// whatever the case the client sent it in.
+type Header interface {
+	// Get returns the first value of the field name; ok is false when it is absent.
+	Get(name string) (v string, ok bool)
+	// Values returns every value of the field name in the order received, one element per
+	// field line; nil when absent. Only trusted-proxy walks call it, so it may allocate.
+	Values(name string) []string
+}
+
+// HTTPHeader is an http.Header as a Header, for names already canonical.
+type HTTPHeader map[string][]string
+
+// Get implements Header.
+func (h HTTPHeader) Get(name string) (string, bool) {
+	if vs := h[name]; len(vs) > 0 {
+		return vs[0], true
+	}
+	return "", false
+}
+
+// Values implements Header.
+func (h HTTPHeader) Values(name string) []string { return h[name] }
+
+// Request is the view of one request that matching and keys read. Whichever server parsed
+// the request fills it (net/http's for h2c, fasthttp's for HTTP/1.1) without copying its
+// bytes, so it is valid only while that request is being served. The peer address is parsed
+// once (SetPeer, SetRemoteAddr); without one, the clientIP key part is RemoteAddr verbatim.
 type Request struct {
-	R      *http.Request
-	peer   netip.Addr
-	peerOK bool
+	Method string
+	// Path is the percent-decoded path, as url.URL.Path.
+	Path string
+	// RawQuery is the query without '?', undecoded.
+	RawQuery string
+	Header   Header
+	// RemoteAddr is the peer as text, the key part when it is not an IP address.
+	RemoteAddr string
+	peer       netip.Addr
+	peerOK     bool
 }
 
 // NewRequest wraps r.
 func NewRequest(r *http.Request) Request {
-	peer, ok := ParseRemoteAddr(r.RemoteAddr)
-	return Request{R: r, peer: peer, peerOK: ok}
+	req := Request{Method: r.Method, Path: r.URL.Path, RawQuery: r.URL.RawQuery, Header: HTTPHeader(r.Header)}
+	req.SetRemoteAddr(r.RemoteAddr)
+	return req
+}
+
+// SetRemoteAddr sets the peer from text ("ip:port", "[ipv6]:port"), as http.Request.RemoteAddr.
+func (r *Request) SetRemoteAddr(s string) {
+	r.RemoteAddr = s
+	r.peer, r.peerOK = ParseRemoteAddr(s)
+}
+
+// SetPeer sets the peer's IP address.
+func (r *Request) SetPeer(a netip.Addr) {
+	r.peer, r.peerOK = a.Unmap().WithZone(""), a.IsValid()
 }
 
 // Key builds the limiter keys of one rule. It is immutable and safe for concurrent use.
@@ -218,31 +269,34 @@ func (k *Key) Append(dst []byte, req *Request) []byte {
 		switch p.Source {
 		case policy.SourceClientIP:
 			if !req.peerOK {
-				dst = appendPart(dst, req.R.RemoteAddr)
+				dst = appendPart(dst, req.RemoteAddr)
 				continue
 			}
-			a := ClientIP(req.peer, req.R.Header["X-Forwarded-For"], k.trusted)
+			a := req.peer
+			if !k.trusted.Empty() && k.trusted.Contains(a) {
+				a = ClientIP(a, req.Header.Values("X-Forwarded-For"), k.trusted)
+			}
 			n := len(dst)
 			dst = append(dst, "00:"...) // an address is at most 39 bytes (IPv6)
 			dst = a.AppendTo(dst)
 			l := len(dst) - n - 3
 			dst[n], dst[n+1] = byte('0'+l/10), byte('0'+l%10)
 		case policy.SourceHeader:
-			vs := req.R.Header[p.Name]
-			if len(vs) == 0 || vs[0] == "" {
+			v, _ := req.Header.Get(p.Name)
+			if v == "" {
 				return append(dst[:start], k.Missing()...)
 			}
-			dst = appendPart(dst, vs[0])
+			dst = appendPart(dst, v)
 		case policy.SourceQuery:
-			v, ok := QueryValue(req.R.URL.RawQuery, p.Name)
+			v, ok := QueryValue(req.RawQuery, p.Name)
 			if !ok || v == "" {
 				return append(dst[:start], k.Missing()...)
 			}
 			dst = appendPart(dst, v)
 		case policy.SourcePath:
-			dst = appendPart(dst, req.R.URL.Path)
+			dst = appendPart(dst, req.Path)
 		case policy.SourceMethod:
-			dst = appendPart(dst, req.R.Method)
+			dst = appendPart(dst, req.Method)
 		}
 	}
 	return dst

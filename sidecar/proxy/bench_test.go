@@ -1,13 +1,17 @@
 package proxy_test
 
 import (
+	"bufio"
 	"bytes"
 	"io"
 	"log/slog"
+	"net"
 	"net/http"
 	"net/url"
 	"testing"
 	"time"
+
+	"github.com/valyala/fasthttp"
 
 	"github.com/sluice-dev/sluice/internal/limiter"
 	"github.com/sluice-dev/sluice/internal/policy"
@@ -87,6 +91,71 @@ func BenchmarkServeHTTP(b *testing.B) {
 				h.ServeHTTP(w, r)
 				if w.code != 200 {
 					b.Fatalf("status %d", w.code)
+				}
+			}
+		})
+	}
+}
+
+// cannedFast is cannedTransport for the fasthttp path.
+type cannedFast struct{}
+
+func (cannedFast) RoundTrip(_ *fasthttp.HostClient, _ *fasthttp.Request, resp *fasthttp.Response) (bool, error) {
+	resp.Header.SetContentType("text/plain")
+	resp.SetBodyRaw(cannedBody)
+	return false, nil
+}
+
+// BenchmarkServeFast is BenchmarkServeHTTP on the HTTP/1.x path: the request parsed from its
+// bytes, decided, its headers rewritten for the upstream and the canned response's for the
+// client.
+func BenchmarkServeFast(b *testing.B) {
+	never := st.Rule("per-client", 100_000_000, time.Second)
+	raw := []byte("GET /api/items?id=7 HTTP/1.1\r\nHost: sidecar\r\nUser-Agent: wrk\r\nAccept: */*\r\n\r\n")
+	for _, bc := range []struct {
+		name     string
+		policies []policy.Policy
+	}{
+		{"nopolicy", nil},
+		{"local", []policy.Policy{st.Policy("bench", []policy.Rule{never})}},
+	} {
+		b.Run(bc.name, func(b *testing.B) {
+			m := metrics.New()
+			doc, err := policy.Parse(st.Doc(b, bc.policies...))
+			if err != nil {
+				b.Fatal(err)
+			}
+			cfg, err := config.Compile(doc, map[string]string{"app": "test"}, m)
+			if err != nil {
+				b.Fatal(err)
+			}
+			up, _ := url.Parse("http://127.0.0.1:1")
+			h := proxy.New(proxy.Options{
+				Upstream:      up,
+				Config:        func() *config.Config { return cfg },
+				Local:         limiter.NewMemoryStore(limiter.MemoryStoreOptions{}),
+				Metrics:       m,
+				Log:           slog.New(slog.NewJSONHandler(io.Discard, nil)),
+				FastTransport: cannedFast{},
+			})
+			var ctx fasthttp.RequestCtx
+			ctx.Init(&fasthttp.Request{}, &net.TCPAddr{IP: net.IPv4(10, 1, 2, 3), Port: 40000}, nil)
+			rd := bytes.NewReader(raw)
+			br := bufio.NewReader(rd)
+			b.ReportAllocs()
+			b.ResetTimer()
+			for i := 0; i < b.N; i++ {
+				ctx.Request.Reset()
+				ctx.Response.Reset()
+				rd.Reset(raw)
+				br.Reset(rd)
+				ctx.Request.Header.DisableNormalizing()
+				if err := ctx.Request.Read(br); err != nil {
+					b.Fatal(err)
+				}
+				h.Serve(&ctx)
+				if ctx.Response.StatusCode() != 200 {
+					b.Fatalf("status %d", ctx.Response.StatusCode())
 				}
 			}
 		})

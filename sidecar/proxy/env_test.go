@@ -44,8 +44,34 @@ type env struct {
 	m       *metrics.Metrics
 	brk     *breaker.Breaker
 	trans   atomic.Int64 // breaker transitions
-	srv     *httptest.Server
+	srv     *testServer
 	client  *http.Client
+}
+
+// testServer is a proxy.Server listening on a loopback port.
+type testServer struct {
+	URL string
+}
+
+// serve starts a proxy.Server for h on a free loopback port, shut down when t ends.
+func serve(t *testing.T, h *proxy.Handler, log *slog.Logger) *testServer {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := proxy.NewServer(h, proxy.ServerOptions{Log: log})
+	done := make(chan error, 1)
+	go func() { done <- srv.Serve(ln) }()
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		_ = srv.Shutdown(ctx)
+		if err := <-done; err != nil {
+			t.Errorf("Serve: %v", err)
+		}
+	})
+	return &testServer{URL: "http://" + ln.Addr().String()}
 }
 
 type envOpt struct {
@@ -112,8 +138,7 @@ func newEnv(t *testing.T, doc []byte, o envOpt) *env {
 			}})
 		opts.Breaker = e.brk
 	}
-	e.srv = httptest.NewServer(proxy.New(opts))
-	t.Cleanup(e.srv.Close)
+	e.srv = serve(t, proxy.New(opts), log)
 	e.client = &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 64}}
 	t.Cleanup(e.client.CloseIdleConnections)
 	return e

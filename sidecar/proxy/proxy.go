@@ -1,25 +1,30 @@
 // Package proxy is the sidecar's request path: it decides each request against the selected
 // policies (Redis behind a circuit breaker, the local share as fallback) and either answers it
-// (limited, or 503 under failureMode Closed) or passes it to the upstream through a reverse
-// proxy that keeps connections alive and streams bodies, upgrades included.
+// (limited, or 503 under failureMode Closed) or passes it to the upstream, keeping connections
+// alive and streaming bodies, upgrades included.
+//
+// HTTP/1.1 is served by fasthttp's server and forwarded by its HostClient, which cost a
+// third of net/http's server and httputil.ReverseProxy per request; connections that open
+// with the HTTP/2 preface (h2c) go to net/http's server and a ReverseProxy. Both fill the
+// same keys.Request view and call the same decide (decide.go).
 package proxy
 
 import (
 	"context"
-	"errors"
+	"io"
 	"log/slog"
 	"net"
 	"net/http"
 	"net/http/httputil"
 	"net/url"
+	"strings"
 	"sync"
 	"time"
 
+	"github.com/valyala/fasthttp"
 	"k8s.io/utils/clock"
 
 	"github.com/sluice-dev/sluice/internal/limiter"
-	"github.com/sluice-dev/sluice/internal/limiter/redisstore"
-	"github.com/sluice-dev/sluice/internal/policy"
 	"github.com/sluice-dev/sluice/sidecar/breaker"
 	"github.com/sluice-dev/sluice/sidecar/config"
 	"github.com/sluice-dev/sluice/sidecar/keys"
@@ -40,18 +45,27 @@ type Options struct {
 	Local   limiter.Store
 	Metrics *metrics.Metrics
 	Log     *slog.Logger
-	// Transport overrides the upstream transport (NewTransport by default).
+	// Transport overrides the h2c path's upstream transport (NewTransport by default).
 	Transport http.RoundTripper
+	// FastTransport overrides the HTTP/1.x path's (fasthttp's DefaultTransport by default).
+	FastTransport fasthttp.RoundTripper
 	// Clock gives each request its decision time (for the local store, explicit-time Redis
 	// and reset_at), times a queued request's delay and the decision latency; nil means the
 	// real clock.
 	Clock clock.Clock
 }
 
-// Handler is the sidecar's http.Handler. Safe for concurrent use.
+// Handler is the sidecar's request path: an http.Handler for h2c and a fasthttp handler
+// (Serve, through a Server) for HTTP/1.x. Safe for concurrent use.
 type Handler struct {
 	opts  Options
 	proxy *httputil.ReverseProxy
+	// grpc is proxy over h2c to the upstream, for gRPC calls arriving over h2c.
+	grpc *httputil.ReverseProxy
+	// fast forwards HTTP/1.x requests; upAddr is its host:port, dialled for upgrades.
+	fast   *fasthttp.HostClient
+	upAddr string
+	upTLS  bool
 }
 
 // NewTransport returns the upstream transport: HTTP/1.1 keep-alive with a pool sized for a
@@ -95,12 +109,21 @@ func New(opts Options) *Handler {
 	}
 	h.opts = opts
 	target := opts.Upstream
+	h.upAddr, h.upTLS = hostPort(target), target.Scheme == "https"
+	h.fast = newHostClient(h.upAddr, h.upTLS)
+	h.fast.Transport = opts.FastTransport
 	h.proxy = &httputil.ReverseProxy{
 		// Director (not Rewrite) keeps the incoming Host and appends the peer to
 		// X-Forwarded-For, as the application would see it without the sidecar in front.
 		Director: func(r *http.Request) { //nolint:staticcheck // see above: Rewrite would replace Host and X-Forwarded-For
 			r.URL.Scheme = target.Scheme
 			r.URL.Host = target.Host
+			if tb, ok := r.Context().Value(trailerKey{}).(*trailerBody); ok {
+				if r.Trailer == nil {
+					r.Trailer = http.Header{}
+				}
+				tb.dst = r.Trailer
+			}
 			if _, ok := r.Header["User-Agent"]; !ok {
 				r.Header["User-Agent"] = []string{""} // do not let the transport add Go's
 			}
@@ -116,155 +139,94 @@ func New(opts Options) *Handler {
 		},
 		ErrorLog: slog.NewLogLogger(opts.Log.Handler(), slog.LevelDebug),
 	}
+	grpc := *h.proxy
+	if _, ok := opts.Transport.(*http.Transport); ok { // not a test's canned RoundTripper
+		grpc.Transport = newH2CTransport()
+	}
+	h.grpc = &grpc
 	return h
 }
 
-// outcome is how one rule was decided.
-type outcome uint8
-
-const (
-	decided     outcome = iota // res holds a decision (Redis or local)
-	skipped                    // failure mode Open: admitted without a decision
-	unavailable                // failure mode Closed: answer 503
-	canceled                   // the client went away
-)
-
-// verdict accumulates the decisions of one request.
-type verdict struct {
-	// show is the rule whose numbers go into the headers: the denying rule with the longest
-	// RetryAfter when denied, else the decided rule with the least Remaining.
-	show    *config.Rule
-	showRes limiter.Result
-	denied  bool
-	delay   time.Duration
+// newH2CTransport is NewTransport speaking HTTP/2 with prior knowledge over cleartext.
+func newH2CTransport() *http.Transport {
+	t := NewTransport()
+	var p http.Protocols
+	p.SetUnencryptedHTTP2(true)
+	t.Protocols = &p
+	return t
 }
 
-func (v *verdict) add(rule *config.Rule, res limiter.Result) {
-	enforcedDeny := !res.Allowed && !rule.Shadow
-	switch {
-	case enforcedDeny:
-		if !v.denied || retryAfter(res) > retryAfter(v.showRes) {
-			v.show, v.showRes = rule, res
-		}
-		v.denied = true
-	case v.denied:
-	case v.show == nil || res.Remaining < v.showRes.Remaining ||
-		(res.Remaining == v.showRes.Remaining && v.show.Shadow && !rule.Shadow):
-		v.show, v.showRes = rule, res
+// hostPort is u's host with the scheme's default port when it has none.
+func hostPort(u *url.URL) string {
+	if u.Port() != "" {
+		return u.Host
 	}
-	if res.Allowed && !rule.Shadow && res.Delay > v.delay {
-		v.delay = res.Delay
+	if u.Scheme == "https" {
+		return net.JoinHostPort(u.Hostname(), "443")
 	}
+	return net.JoinHostPort(u.Hostname(), "80")
 }
 
-// ServeHTTP decides r against every matching rule of every selected policy, then answers it
-// or proxies it.
+// ServeHTTP is the net/http (h2c) request path: it decides r against every matching rule of
+// every selected policy, then answers it or proxies it.
 func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	cfg := h.opts.Config()
-	if len(cfg.Policies) == 0 {
-		h.proxy.ServeHTTP(w, r)
-		return
-	}
-	now := h.opts.Clock.Now()
-	ctx := r.Context()
-	req := keys.NewRequest(r)
-	var kb [256]byte
-	var v verdict
-	for _, p := range cfg.Policies {
-		for _, rule := range p.Rules {
-			if !rule.Match.Matches(r) {
-				continue
-			}
-			key := rule.Key.Append(kb[:0], &req)
-			res, out := h.take(ctx, p, rule, key, rule.CostOf(r.Header), now)
-			switch out {
-			case skipped:
-				continue
-			case unavailable:
-				h.opts.Metrics.DecisionSeconds.Observe(h.opts.Clock.Since(now).Seconds())
-				writeUnavailable(w, p)
-				return
-			case canceled:
-				return
-			}
-			switch {
-			case res.Allowed:
-				rule.Metrics.Allowed.Inc()
-			case rule.Shadow:
-				rule.Metrics.ShadowDenied.Inc()
-			default:
-				rule.Metrics.Denied.Inc()
-			}
-			v.add(rule, res)
-		}
-	}
-	h.opts.Metrics.DecisionSeconds.Observe(h.opts.Clock.Since(now).Seconds())
-	if v.denied {
-		h.writeDenied(w, v.show, v.showRes, now)
-		return
-	}
-	if v.delay > 0 {
-		h.opts.Metrics.QueueDelaySeconds.Observe(v.delay.Seconds())
-		t := h.opts.Clock.NewTimer(v.delay)
-		select {
-		case <-t.C():
-		case <-ctx.Done():
-			t.Stop()
-			h.opts.Metrics.QueueAbandoned.Inc()
+	if len(cfg.Policies) > 0 {
+		req := keys.NewRequest(r)
+		d := h.decide(r.Context(), cfg, &req)
+		switch d.action {
+		case deny:
+			writeDenied(w, d.show, d.res, d.now)
+			return
+		case refuse:
+			writeUnavailable(w)
+			return
+		case abandon:
 			return
 		}
+		if d.delay > 0 && !h.queue(d.delay, r.Context().Done()) {
+			return
+		}
+		if d.show != nil {
+			setHeaders(w.Header(), d.show, d.res)
+		}
 	}
-	if v.show != nil {
-		setHeaders(w.Header(), v.show, v.showRes)
+	if len(r.Trailer) > 0 && r.Body != nil && r.Body != http.NoBody {
+		tb := &trailerBody{ReadCloser: r.Body, src: r.Trailer}
+		r.Body = tb
+		r = r.WithContext(context.WithValue(r.Context(), trailerKey{}, tb))
+	}
+	if r.ProtoMajor == 2 && isGRPC(r.Header["Content-Type"]) {
+		h.grpc.ServeHTTP(w, r)
+		return
 	}
 	h.proxy.ServeHTTP(w, r)
 }
 
-// take decides one rule: through Redis when the breaker allows, else by the policy's failure
-// mode. A Redis error never reaches the client except as Closed's 503.
-func (h *Handler) take(ctx context.Context, p *config.Policy, rule *config.Rule, key []byte, cost int64, now time.Time) (limiter.Result, outcome) {
-	if h.opts.Remote == nil {
-		return h.takeLocal(ctx, rule, key, cost, now)
-	}
-	if h.opts.Breaker.Allow() {
-		res, err := h.opts.Remote.Take(ctx, string(key), rule.Limit, cost, now)
-		if err == nil {
-			h.opts.Breaker.Success()
-			return res, decided
-		}
-		if ctx.Err() != nil && !errors.Is(err, redisstore.ErrUnavailable) {
-			h.opts.Breaker.Release()
-			return limiter.Result{}, canceled
-		}
-		if errors.Is(err, redisstore.ErrTimeout) {
-			h.opts.Metrics.RedisErrors.WithLabelValues("timeout").Inc()
-		} else {
-			h.opts.Metrics.RedisErrors.WithLabelValues("unavailable").Inc()
-		}
-		h.opts.Breaker.Failure()
-		if ctx.Err() != nil {
-			return limiter.Result{}, canceled
-		}
-	}
-	switch p.FailureMode {
-	case policy.FailureOpen:
-		p.Fallback.Open.Inc()
-		return limiter.Result{}, skipped
-	case policy.FailureClosed:
-		p.Fallback.Closed.Inc()
-		return limiter.Result{}, unavailable
-	}
-	p.Fallback.Local.Inc()
-	return h.takeLocal(ctx, rule, key, cost, now)
+// trailerBody carries a request's trailers to the outgoing request. httputil.ReverseProxy
+// clones the request's Trailer map before the body is read, when the values are still
+// unknown; the Director points dst at the clone's, and the values are copied at the body's end,
+// before the transport writes them. (The Director finds it in the context: the proxy wraps
+// the body it sees.)
+type trailerBody struct {
+	io.ReadCloser
+	src, dst http.Header
 }
 
-// takeLocal decides rule with the local store and this pod's share of the limit.
-func (h *Handler) takeLocal(ctx context.Context, rule *config.Rule, key []byte, cost int64, now time.Time) (limiter.Result, outcome) {
-	res, err := h.opts.Local.Take(ctx, string(key), rule.Local, rule.LocalCost(cost), now)
-	if err != nil {
-		// Only an invalid limit or time can fail a memory Take; the configuration was
-		// validated, so this is a clock before 1970. Admit rather than fail the request.
-		return limiter.Result{}, skipped
+type trailerKey struct{}
+
+func (b *trailerBody) Read(p []byte) (int, error) {
+	n, err := b.ReadCloser.Read(p)
+	if err == io.EOF && b.dst != nil {
+		for k, v := range b.src {
+			b.dst[k] = v
+		}
 	}
-	return res, decided
+	return n, err
+}
+
+// isGRPC reports whether a request is a gRPC call, which needs HTTP/2 to the upstream too
+// (trailers, full-duplex streams).
+func isGRPC(ct []string) bool {
+	return len(ct) > 0 && strings.HasPrefix(ct[0], "application/grpc")
 }

@@ -6,6 +6,8 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/valyala/fasthttp"
+
 	"github.com/sluice-dev/sluice/internal/limiter"
 	"github.com/sluice-dev/sluice/sidecar/config"
 )
@@ -30,94 +32,130 @@ func retryAfter(res limiter.Result) int64 {
 	return max(config.CeilSeconds(d), 1)
 }
 
-// setHeaders writes the rate-limit headers of rule's decision res in the rule's policy's
-// styles: the IETF draft's RateLimit-Policy and RateLimit structured fields, and the legacy
-// X-RateLimit-Limit/-Remaining/-Reset (Reset in seconds, rounded up). The quota is the one that
-// decided: the shared limit, or this pod's share when decided locally.
-//
-// It runs on every limited request, so it allocates twice whatever the styles: the values
-// formatted here are appended to one buffer and become one string, sliced per header, and
-// every header's value slice is a one-element window of one array (capacity 1, so a later Add
-// to one header reallocates rather than overwrite its neighbour).
-func setHeaders(h http.Header, rule *config.Rule, res limiter.Result) {
+// rateFields are the rate-limit header fields of one decision, computed once and written into
+// either server's header type: each value is a constant of the rule or a span of buf.
+type rateFields struct {
+	n int
+	f [5]rateField
+}
+
+type rateField struct {
+	name     string
+	constant string // the value when isConst
+	isConst  bool
+	sp       span
+}
+
+func (rf *rateFields) addConst(name, v string) {
+	rf.f[rf.n] = rateField{name: name, constant: v, isConst: true}
+	rf.n++
+}
+
+func (rf *rateFields) addSpan(name string, sp span) {
+	rf.f[rf.n] = rateField{name: name, sp: sp}
+	rf.n++
+}
+
+// compute appends the values of rule's decision res to buf and returns it, and fills rf in the rule's policy's styles: the IETF draft's
+// RateLimit-Policy and RateLimit structured fields, and the legacy X-RateLimit-Limit/
+// -Remaining/-Reset (Reset in seconds, rounded up). The quota is the one that decided: the
+// shared limit, or this pod's share when decided locally.
+func (rf *rateFields) compute(buf []byte, rule *config.Rule, res limiter.Result) []byte {
 	p := rule.Policy
+	rf.n = 0
 	if !p.Draft && !p.Legacy {
-		return
+		return buf
 	}
 	reset := config.CeilSeconds(res.ResetAfter)
 	shared := res.Limit == rule.Limit.Capacity()
-
-	var scratch [160]byte
-	buf := scratch[:0]
-	var policyV, rateV, limitV, remainingV, resetV span
 	if p.Draft {
-		if !shared { // decided locally with this pod's share
-			policyV.start = len(buf)
+		if shared {
+			rf.addConst(hRateLimitPolicy, rule.DraftPolicy)
+		} else { // decided locally with this pod's share
+			sp := span{start: len(buf)}
 			buf = append(buf, rule.Quoted...)
 			buf = append(buf, ";q="...)
 			buf = strconv.AppendInt(buf, res.Limit, 10)
 			buf = append(buf, ";w="...)
 			buf = strconv.AppendInt(buf, max(config.CeilSeconds(rule.Limit.Window), 1), 10)
-			policyV.end = len(buf)
+			sp.end = len(buf)
+			rf.addSpan(hRateLimitPolicy, sp)
 		}
-		rateV.start = len(buf)
+		sp := span{start: len(buf)}
 		buf = append(buf, rule.Quoted...)
 		buf = append(buf, ";r="...)
 		buf = strconv.AppendInt(buf, res.Remaining, 10)
 		buf = append(buf, ";t="...)
 		buf = strconv.AppendInt(buf, reset, 10)
-		rateV.end = len(buf)
+		sp.end = len(buf)
+		rf.addSpan(hRateLimit, sp)
 	}
 	if p.Legacy {
-		if !shared {
-			limitV.start = len(buf)
+		if shared {
+			rf.addConst(hLegacyLimit, rule.LimitValue)
+		} else {
+			sp := span{start: len(buf)}
 			buf = strconv.AppendInt(buf, res.Limit, 10)
-			limitV.end = len(buf)
+			sp.end = len(buf)
+			rf.addSpan(hLegacyLimit, sp)
 		}
-		remainingV.start = len(buf)
+		sp := span{start: len(buf)}
 		buf = strconv.AppendInt(buf, res.Remaining, 10)
-		remainingV.end = len(buf)
-		resetV.start = len(buf)
+		sp.end = len(buf)
+		rf.addSpan(hLegacyRemaining, sp)
+		sp = span{start: len(buf)}
 		buf = strconv.AppendInt(buf, reset, 10)
-		resetV.end = len(buf)
+		sp.end = len(buf)
+		rf.addSpan(hLegacyReset, sp)
+	}
+	return buf
+}
+
+// setHeaders writes the rate-limit headers of rule's decision res (see rateFields.compute)
+// into an http.Header.
+//
+// It runs on every limited h2c request, so it allocates twice whatever the styles: the values
+// formatted are one string, sliced per header, and every header's value slice is a
+// one-element window of one array (capacity 1, so a later Add to one header reallocates
+// rather than overwrite its neighbour).
+func setHeaders(h http.Header, rule *config.Rule, res limiter.Result) {
+	var rf rateFields
+	var scratch [160]byte
+	buf := rf.compute(scratch[:0], rule, res)
+	if rf.n == 0 {
+		return
 	}
 	s := string(buf)
-	hs := headerSetter{h: h, vals: make([]string, 5)}
-	if p.Draft {
-		if shared {
-			hs.set(hRateLimitPolicy, rule.DraftPolicy)
+	vals := make([]string, rf.n)
+	for i, f := range rf.f[:rf.n] {
+		if f.isConst {
+			vals[i] = f.constant
 		} else {
-			hs.set(hRateLimitPolicy, policyV.of(s))
+			vals[i] = f.sp.of(s)
 		}
-		hs.set(hRateLimit, rateV.of(s))
-	}
-	if p.Legacy {
-		if shared {
-			hs.set(hLegacyLimit, rule.LimitValue)
-		} else {
-			hs.set(hLegacyLimit, limitV.of(s))
-		}
-		hs.set(hLegacyRemaining, remainingV.of(s))
-		hs.set(hLegacyReset, resetV.of(s))
+		h[f.name] = vals[i : i+1 : i+1]
 	}
 }
 
-// span is a value's bounds in setHeaders' buffer.
+// setFastHeaders is setHeaders for a fasthttp response, without allocating.
+func setFastHeaders(h *fasthttp.ResponseHeader, rule *config.Rule, res limiter.Result) {
+	var rf rateFields
+	var scratch [160]byte
+	buf := rf.compute(scratch[:0], rule, res)
+	for _, f := range rf.f[:rf.n] {
+		// The names are canonical constants: no normalizing, no copies (SetCanonical copies).
+		if f.isConst {
+			h.SetCanonical(s2b(f.name), s2b(f.constant))
+		} else {
+			h.SetCanonical(s2b(f.name), buf[f.sp.start:f.sp.end])
+		}
+	}
+}
+
+// span is a value's bounds in rateFields' buffer.
 type span struct{ start, end int }
 
 func (sp span) of(s string) string { return s[sp.start:sp.end] }
-
-// headerSetter assigns single-valued headers, their value slices carved from vals.
-type headerSetter struct {
-	h    http.Header
-	vals []string
-}
-
-func (hs *headerSetter) set(name, v string) {
-	hs.vals[0] = v
-	hs.h[name] = hs.vals[:1:1]
-	hs.vals = hs.vals[1:]
-}
 
 // deniedBody is the JSON body of a limited request; the field order is the contract's.
 type deniedBody struct {
@@ -131,8 +169,8 @@ type deniedBody struct {
 	Rule       string `json:"rule"`
 }
 
-// writeDenied answers a request rule denied.
-func (h *Handler) writeDenied(w http.ResponseWriter, rule *config.Rule, res limiter.Result, now time.Time) {
+// denial returns the Retry-After of rule's denial res, in seconds, and its JSON body.
+func denial(rule *config.Rule, res limiter.Result, now time.Time) (int64, []byte) {
 	retry := retryAfter(res)
 	body, _ := json.Marshal(deniedBody{
 		Error: "rate_limit_exceeded",
@@ -146,6 +184,12 @@ func (h *Handler) writeDenied(w http.ResponseWriter, rule *config.Rule, res limi
 		Policy:     rule.Policy.Name,
 		Rule:       rule.Name,
 	})
+	return retry, body
+}
+
+// writeDenied answers a request rule denied.
+func writeDenied(w http.ResponseWriter, rule *config.Rule, res limiter.Result, now time.Time) {
+	retry, body := denial(rule, res, now)
 	hd := w.Header()
 	setHeaders(hd, rule, res)
 	hd[hRetryAfter] = []string{strconv.FormatInt(retry, 10)}
@@ -156,11 +200,23 @@ func (h *Handler) writeDenied(w http.ResponseWriter, rule *config.Rule, res limi
 	_, _ = w.Write(body)
 }
 
+// writeDeniedFast is writeDenied for a fasthttp request.
+func writeDeniedFast(ctx *fasthttp.RequestCtx, rule *config.Rule, res limiter.Result, now time.Time) {
+	retry, body := denial(rule, res, now)
+	hd := &ctx.Response.Header
+	setFastHeaders(hd, rule, res)
+	var b [20]byte
+	hd.SetBytesV(hRetryAfter, strconv.AppendInt(b[:0], retry, 10))
+	hd.SetContentType("application/json")
+	hd.Set("Cache-Control", "no-store")
+	ctx.SetStatusCode(rule.Policy.StatusCode)
+	ctx.SetBody(body)
+}
+
 var unavailableBody = []byte(`{"error":"rate_limiter_unavailable","message":"The rate limiter cannot decide and the policy fails closed; retry later."}`)
 
-// writeUnavailable answers 503 for policy p, whose failure mode is Closed, while Redis cannot
-// decide.
-func writeUnavailable(w http.ResponseWriter, _ *config.Policy) {
+// writeUnavailable answers 503 while a policy whose failure mode is Closed cannot decide.
+func writeUnavailable(w http.ResponseWriter) {
 	hd := w.Header()
 	hd[hRetryAfter] = []string{"1"}
 	hd["Content-Type"] = []string{"application/json"}
@@ -168,4 +224,14 @@ func writeUnavailable(w http.ResponseWriter, _ *config.Policy) {
 	hd["Cache-Control"] = []string{"no-store"}
 	w.WriteHeader(http.StatusServiceUnavailable)
 	_, _ = w.Write(unavailableBody)
+}
+
+// writeUnavailableFast is writeUnavailable for a fasthttp request.
+func writeUnavailableFast(ctx *fasthttp.RequestCtx) {
+	hd := &ctx.Response.Header
+	hd.Set(hRetryAfter, "1")
+	hd.SetContentType("application/json")
+	hd.Set("Cache-Control", "no-store")
+	ctx.SetStatusCode(http.StatusServiceUnavailable)
+	ctx.SetBody(unavailableBody)
 }
