@@ -14,6 +14,11 @@
 -- back) and content the bucket's tokens or level after the take, in scaled units (0 for the
 -- window algorithms): what a refund (refund.lua) needs; then, once, the call's now.
 --
+-- A group whose count is negative, -g, is g takes committed whether or not they are allowed:
+-- a Store.Take (g = 1), whose denial still brings the state forward to now, as in
+-- limiter.MemoryStore.Take. The batcher coalesces the calls waiting at one moment into one
+-- call, each a group, so that one call decides a hot key's whole batch at one instant.
+--
 -- A group's takes are decided in order, each on the state the call's earlier takes left (a key
 -- repeated sees its earlier takes as charged), and the group is committed only if each of its
 -- takes that is not shadow is allowed; a group that is not leaves every state as it was. Each
@@ -335,6 +340,8 @@ local i = 3
 while i <= #ARGV do
   local g = tonumber(ARGV[i])
   i = i + 1
+  local always = g < 0
+  if always then g = -g end
   local tent = {} -- key index: {state, reset} after the group's takes so far
   local admit = true
   for _ = 1, g do
@@ -364,7 +371,7 @@ while i <= #ARGV do
     if r[1] == 0 and not shadow then admit = false end
     for j = 1, 8 do out[#out + 1] = r[j] end
   end
-  if admit then
+  if admit or always then
     for k, t in pairs(tent) do
       local e = keys[k]
       e.s, e.reset, e.dirty = t[1], t[2], true
