@@ -111,10 +111,10 @@ func newBatcher(client redis.UniversalClient, n int, minTTL int64) *batcher {
 		client:  client,
 		minTTL:  minTTL,
 		cluster: cluster,
-		queue:  make(chan *call, queueLen),
-		ctx:    ctx,
-		cancel: cancel,
-		stop:   make(chan struct{}),
+		queue:   make(chan *call, queueLen),
+		ctx:     ctx,
+		cancel:  cancel,
+		stop:    make(chan struct{}),
 	}
 	for range n {
 		b.senders.Go(b.run)
