@@ -126,7 +126,9 @@ func TestClusterCoalescesPerMaster(t *testing.T) {
 		results := make([][]limiter.Result, len(keys))
 		var wg sync.WaitGroup
 		for i, k := range keys {
-			wg.Go(func() { results[i] = takeConcurrently(t, s, k, lim, goroutines, each, func() time.Time { return at(0) }) })
+			wg.Go(func() {
+				results[i] = takeConcurrently(t, s, k, lim, goroutines, each, func() time.Time { return at(0) })
+			})
 		}
 		wg.Wait()
 		for i := range keys {
