@@ -3,7 +3,7 @@ package redisstore
 import (
 	"context"
 	"crypto/sha256"
-	"encoding/hex"
+	"encoding/base64"
 	"errors"
 	"fmt"
 	"strconv"
@@ -33,7 +33,7 @@ const maxPrefixLen = 64
 
 // schema is the version of the scripts' state layout, part of every key: a release that changes
 // the layout bumps it, so it never reads state written by another layout.
-const schema = "1"
+const schema = "2"
 
 // Options configures a Store. The zero value is the production setting: DefaultPrefix,
 // DefaultTimeout and the decision time read from Redis.
@@ -248,20 +248,25 @@ var reasons = map[int64]limiter.Reason{
 // Keys returns the Redis keys that hold key's state under lim, the script's KEYS (one, in this
 // layout): for inspecting state (MEMORY USAGE, TTL) and in tests. See the package comment.
 func (s *Store) Keys(key string, lim limiter.Limit) []string {
-	sum := sha256.Sum256([]byte(key))
-	var b strings.Builder
-	b.Grow(len(s.prefix) + 56)
-	b.WriteString(s.prefix)
-	b.WriteString(":{")
-	b.WriteString(hex.EncodeToString(sum[:16]))
-	b.WriteString("}:")
-	b.WriteString(algTag(lim))
-	b.WriteString(schema)
-	b.WriteByte(':')
-	b.WriteString(strconv.FormatInt(lim.WindowMs(), 10))
-	return []string{b.String()}
+	var b [32]byte
+	h := sha256.New()
+	tag := algTag(lim)
+	_, _ = h.Write([]byte(tag))
+	_, _ = h.Write(strconv.AppendInt(b[:0], lim.WindowMs(), 10))
+	_, _ = h.Write([]byte{0})
+	_, _ = h.Write([]byte(key))
+	sum := h.Sum(b[:0])
+	var k strings.Builder
+	k.Grow(len(s.prefix) + 2 + idLen + 2 + len(schema))
+	k.WriteString(s.prefix)
+	k.WriteString(":{")
+	k.WriteString(base64.RawURLEncoding.EncodeToString(sum[:idBytes]))
+	k.WriteString("}:")
+	k.WriteString(schema)
+	return []string{k.String()}
 }
 
+// algTag names lim's algorithm and leaky mode in the hash of its key.
 func algTag(lim limiter.Limit) string {
 	switch lim.Algorithm {
 	case limiter.FixedWindow:
@@ -279,6 +284,13 @@ func algTag(lim limiter.Limit) string {
 		return "lbm"
 	}
 }
+
+// idBytes is how much of the SHA-256 names a limiter (96 bits: a collision among 10^12 limiters
+// has a probability of about 10^-5), idLen its length in base64url.
+const (
+	idBytes = 12
+	idLen   = 16
+)
 
 // ErrUnavailable matches (errors.Is) every error of a Take that Redis could not answer: the
 // server is down, unreachable, paused, too slow for Options.Timeout, out of memory, or replied

@@ -13,3 +13,25 @@ local function cdiv(a, b)
   if q * b ~= a then q = q + 1 end
   return q
 end
+
+-- The buckets' state, two integers 0 <= a < 2^53 (tokens or level, scaled) and 0 <= b < 2^53
+-- (an instant, ms), in the fewest bytes that keep MEMORY USAGE small: while b < 2^43 (until the
+-- year 2248), 96 bits as three little-endian 32-bit words (a's low 32 bits; a's high 21 bits
+-- and b's low 11; b's high 32): 12 bytes, the most a value can have and still fit Redis's
+-- 32-byte allocation; else 14 bytes, '<I7I7'. Every step is exact integer arithmetic on
+-- doubles below 2^53.
+local function packBucket(a, b)
+  if b >= 8796093022208 then return struct.pack('<I7I7', a, b) end -- 2^43
+  local alo = a % 4294967296 -- 2^32
+  local blo = b % 2048 -- 2^11
+  return struct.pack('<I4I4I4', alo, (a - alo) / 4294967296 + blo * 2097152, (b - blo) / 2048)
+end
+local function unpackBucket(raw)
+  if #raw == 14 then
+    local a, b = struct.unpack('<I7I7', raw)
+    return a, b
+  end
+  local alo, mid, bhi = struct.unpack('<I4I4I4', raw)
+  local ahi = mid % 2097152 -- 2^21
+  return ahi * 4294967296 + alo, bhi * 2048 + (mid - ahi) / 2097152
+end

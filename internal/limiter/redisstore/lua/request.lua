@@ -36,17 +36,24 @@ else
 end
 local minTTL = tonumber(ARGV[2])
 
--- The string states ("%d" formats integers below 2^53 exactly): fw "<window> <count>",
--- swc "<window> <prev> <curr>", tb "<tokens> <last>", lbm and lbq "<level> <last>". A state is
--- a table of those numbers, false for an absent key.
-local function decode(raw)
+-- The string states. The windows' are integers in decimal, separated by spaces ("%d" formats
+-- integers below 2^53 exactly): fw "<window> <count>", swc "<window> <prev> <curr>", the
+-- shortest for their usually small numbers. The buckets' (tb <tokens, last>, lbm and lbq
+-- <level, last>) are packBucket's 12 bytes (arith.lua), shorter than their decimal digits. A state is a
+-- table of those numbers, false for an absent key.
+local function decode(alg, raw)
   if not raw then return false end
+  if alg >= 4 then
+    local a, b = unpackBucket(raw)
+    return {a, b}
+  end
   local f = {}
   for x in string.gmatch(raw, '%-?%d+') do f[#f + 1] = tonumber(x) end
   return f
 end
 
 local function encode(alg, s)
+  if alg >= 4 then return packBucket(s[1], s[2]) end
   if alg == 3 then return string.format('%d %d %d', s[1], s[2], s[3]) end
   return string.format('%d %d', s[1], s[2])
 end
@@ -329,7 +336,7 @@ local function load(k, p)
     e.s = loadLog(KEYS[k], p.W)
   else
     e.raw = redis.call('GET', KEYS[k])
-    e.s = decode(e.raw)
+    e.s = decode(p.alg, e.raw)
   end
   keys[k] = e
   return e
