@@ -1,8 +1,10 @@
 -- Integer helpers shared by every script (prepended first by scripts.go).
 --
--- Numbers are doubles. Validate's bounds keep every value below 2^53, where +, -, * and
+-- Numbers are doubles. Validate's bounds keep every value below 2^53 (the largest are cap*W,
+-- L*W and M*L, each <= 1e8 * 8.64e7 = 8.64e15, and instants <= 2^52 + 2*W), where +, -, * and
 -- comparisons of integers are exact and math.floor(a / b) is floor division for
--- 0 <= a <= 2^53, b >= 1 (the rounded quotient cannot reach the next integer).
+-- 0 <= a <= 2^53, b >= 1 (the rounded quotient cannot reach the next integer). redis.call
+-- formats numbers with "%.17g", exact for these integers; string states use "%d".
 
 -- fdiv is a / b and cdiv is ceil(a/b) (limiter's ceilDiv), for integers 0 <= a < 2^53, b > 0.
 local function fdiv(a, b)

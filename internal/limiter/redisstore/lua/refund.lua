@@ -25,7 +25,7 @@
 -- no earlier than the charge's refill or leak would have made it fresh.)
 -- The key keeps its TTL: a state that holds less becomes equivalent to an absent key no later
 -- than it would have. A state the refund makes equivalent to an absent key is deleted with
--- server time, and kept with explicit time (prelude.lua's save rules).
+-- server time, and kept with explicit time (request.lua's save rules).
 local minTTL = tonumber(ARGV[1])
 local alg = tonumber(ARGV[2])
 local L = tonumber(ARGV[3])

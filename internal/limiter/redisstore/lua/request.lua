@@ -9,7 +9,7 @@
 --   W (window, ms), cap (Limit.Capacity), c (cost, 1..), M (LeakyBucket Queue's MaxDelay, ms),
 --   shadow (1: the take does not deny its group, 0: it does)
 -- Returns 8 integers per take, in order: {allowed 0/1, remaining, resetAfter ms,
--- retryAfter ms (-1: never), delay ms, reason, at, content}, reason as in prelude.lua, at the
+-- retryAfter ms (-1: never), delay ms, reason, at, content}, reason 0 none, 1 limited, 2 cost exceeds capacity, 3 delay exceeds max delay, at the
 -- instant the take was decided at (now, or the state's latest instant when the clock went
 -- back) and content the bucket's tokens or level after the take, in scaled units (0 for the
 -- window algorithms): what a refund (refund.lua) needs; then, once, the call's now.
@@ -25,10 +25,11 @@
 -- key's state is read at most once and written at most once, at the end, with prelude.lua's
 -- save rules. The transitions are functions from a state to a result and a new state that
 -- change nothing (the log's reads its list, never writes it); each names the Go function it
--- ports, formula for formula. Bounds of the arithmetic: see prelude.lua.
+-- ports, formula for formula. Bounds of the arithmetic: see arith.lua.
 local now
 if ARGV[1] == '' then
-  -- TIME is non-deterministic: the script is replicated by its effects (Redis >= 5).
+  -- TIME is non-deterministic: the script is replicated by its effects (the default since
+  -- Redis 5, the only mode since 7). seconds*1000 is about 1.8e12 < 2^53.
   local t = redis.call('TIME')
   now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 else
@@ -310,7 +311,13 @@ local function saveLog(key, st, W)
 end
 
 -- save writes a string state with a TTL of at least reset ms, or deletes a state equivalent to
--- an absent key: prelude.lua's save.
+-- an absent key (reset == 0).
+--  - With explicit time (minTTL > 0) a key that exists is kept, like limiter.MemoryStore keeps
+--    its entry, and a new one is only written when reset > 0, like MemoryStore: the two then
+--    see the same state even when instants go backwards. Every write renews the TTL, since the
+--    caller's instants say nothing about Redis's clock.
+--  - With server time an unchanged state is not written again: its TTL, set when it was
+--    written, already ends when it becomes equivalent to an absent key.
 local function save(key, raw, reset, state)
   if minTTL > 0 then
     if reset > 0 or raw then
