@@ -38,8 +38,8 @@ func StartCluster(t testing.TB, n int, opts ...Option) *Cluster {
 	for _, o := range opts {
 		o(&cfg)
 	}
-	var all []*TestServer
-	for range n * (1 + cfg.replicas) {
+	all := make([]*TestServer, 0, n*(1+cfg.replicas))
+	for range cap(all) {
 		all = append(all, StartTest(t, append(append([]Option{}, opts...), withCluster())...))
 	}
 	addrs := make([]string, len(all))

@@ -22,8 +22,8 @@
 -- A group's takes are decided in order, each on the state the call's earlier takes left (a key
 -- repeated sees its earlier takes as charged), and the group is committed only if each of its
 -- takes that is not shadow is allowed; a group that is not leaves every state as it was. Each
--- key's state is read at most once and written at most once, at the end, with prelude.lua's
--- save rules. The transitions are functions from a state to a result and a new state that
+-- key's state is read at most once and written at most once, at the end, with save's
+-- rules (below). The transitions are functions from a state to a result and a new state that
 -- change nothing (the log's reads its list, never writes it); each names the Go function it
 -- ports, formula for formula. Bounds of the arithmetic: see arith.lua.
 local now
