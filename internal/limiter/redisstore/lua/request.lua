@@ -349,43 +349,50 @@ local function load(k, p)
   return e
 end
 
-local out = {}
-local i = 3
-while i <= #ARGV do
+-- The loop allocates as little per take as it can (Lua tables are what a script spends its
+-- time on): one parameter table p for every take, a Take's group committed in place.
+local out, n = {}, 0
+local p = {}
+local i, nargv = 3, #ARGV
+while i <= nargv do
   local g = tonumber(ARGV[i])
   i = i + 1
   local always = g < 0
   if always then g = -g end
-  local tent = {} -- key index: {state, reset} after the group's takes so far
+  local tent = false -- key index: {state, reset} after the group's takes so far
+  if not always then tent = {} end
   local admit = true
   for _ = 1, g do
     local k = tonumber(ARGV[i])
-    local p = {
-      alg = tonumber(ARGV[i + 1]), L = tonumber(ARGV[i + 2]), W = tonumber(ARGV[i + 3]),
-      cap = tonumber(ARGV[i + 4]), c = tonumber(ARGV[i + 5]), M = tonumber(ARGV[i + 6]),
-    }
+    p.alg, p.L, p.W = tonumber(ARGV[i + 1]), tonumber(ARGV[i + 2]), tonumber(ARGV[i + 3])
+    p.cap, p.c, p.M = tonumber(ARGV[i + 4]), tonumber(ARGV[i + 5]), tonumber(ARGV[i + 6])
     local shadow = ARGV[i + 7] == '1'
     i = i + 8
     local e = load(k, p)
     local s = e.s
-    if tent[k] then s = tent[k][1] end
-    local r, s2
-    if p.alg == 1 then
-      r, s2 = fixedWindow(s, p)
-    elseif p.alg == 2 then
-      r, s2 = slidingWindowLog(s, p, KEYS[k])
-    elseif p.alg == 3 then
-      r, s2 = slidingWindowCounter(s, p)
-    elseif p.alg == 4 then
+    if tent and tent[k] then s = tent[k][1] end
+    local alg, r, s2 = p.alg
+    if alg == 4 then
       r, s2 = tokenBucket(s, p)
+    elseif alg == 1 then
+      r, s2 = fixedWindow(s, p)
+    elseif alg == 2 then
+      r, s2 = slidingWindowLog(s, p, KEYS[k])
+    elseif alg == 3 then
+      r, s2 = slidingWindowCounter(s, p)
     else
-      r, s2 = leakyBucket(s, p, p.alg == 6)
+      r, s2 = leakyBucket(s, p, alg == 6)
     end
-    tent[k] = {s2, r[3]}
-    if r[1] == 0 and not shadow then admit = false end
-    for j = 1, 8 do out[#out + 1] = r[j] end
+    if always then
+      e.s, e.reset, e.dirty = s2, r[3], true
+    else
+      tent[k] = {s2, r[3]}
+      if r[1] == 0 and not shadow then admit = false end
+    end
+    for j = 1, 8 do out[n + j] = r[j] end
+    n = n + 8
   end
-  if admit or always then
+  if tent and admit then
     for k, t in pairs(tent) do
       local e = keys[k]
       e.s, e.reset, e.dirty = t[1], t[2], true
@@ -403,5 +410,5 @@ for k = 1, #KEYS do
     end
   end
 end
-out[#out + 1] = now
+out[n + 1] = now
 return out
