@@ -8,7 +8,8 @@
 #     Redis CPU (INFO cpu used_cpu_sys + used_cpu_user) per call;
 #   - bench/rediscpu (the store, TokenBucket never denying): one hot key and 10,000 distinct keys
 #     at 1, 8 and 50 callers, on the single server and on the cluster (CPU summed over masters);
-#     Redis CPU per decision and decisions per script call;
+#     Redis CPU per decision, decisions per script call and per round trip (INFO stats
+#     total_reads_processed);
 #   - the same with BASE_BIN (bench/rediscpu built at an earlier commit), when set, side by side.
 # Writes $OUT/rediscpu.tsv and $OUT/rediscpu.md (ratios to the naive reference).
 #
@@ -69,7 +70,7 @@ ref() { # name args...
   c0=$(cpu "$P")
   redis-benchmark -h 127.0.0.1 -p "$P" -c 32 -n "$N" -r 10000 -q "$@" > /dev/null
   c1=$(cpu "$P")
-  printf 'reference\t%s\t-\t32\t%s\t%s\t1\t0\n' "$name" "$N" "$(python3 -c "print(f'{($c1-$c0)*1e6/$N:.2f}')")" >> "$TSV"
+  printf 'reference\t%s\t-\t32\t%s\t%s\t1\t0\t1\n' "$name" "$N" "$(python3 -c "print(f'{($c1-$c0)*1e6/$N:.2f}')")" >> "$TSV"
 }
 ref naive-hash-tb EVALSHA "$NSHA" 1 "naive:__rand_int__" 0.001 100 1000
 ref evalsha-return1 EVALSHA "$RSHA" 0
@@ -90,12 +91,12 @@ print(f"Redis CPU per decision, load average {sys.argv[2]} on {sys.argv[3]} CPUs
 print(f"Reference: naive hash token bucket EVALSHA from redis-benchmark -c 32 = {naive:.2f} µs of Redis CPU per call (1.00x); "
       f"EVALSHA 'return 1' = {ref['evalsha-return1']:.2f} µs ({ref['evalsha-return1']/naive:.2f}x).")
 print()
-print("| topology | keys | callers | decisions | Redis CPU µs/decision | × naive | decisions per script call | errors |")
-print("|---|---:|---:|---:|---:|---:|---:|---:|")
+print("| topology | keys | callers | decisions | Redis CPU µs/decision | × naive | decisions per script call | decisions per round trip (read) | errors |")
+print("|---|---:|---:|---:|---:|---:|---:|---:|---:|")
 for r in rows:
     if r[0] != "rediscpu":
         continue
-    _, topo, keys, callers, n, us, per, fails = r
-    print(f"| {topo} | {keys} | {callers} | {n} | {float(us):.2f} | {float(us)/naive:.2f} | {float(per):.1f} | {fails} |")
+    _, topo, keys, callers, n, us, per, fails, reads = r
+    print(f"| {topo} | {keys} | {callers} | {n} | {float(us):.2f} | {float(us)/naive:.2f} | {float(per):.1f} | {float(reads):.1f} | {fails} |")
 PY
 cat "$OUT/rediscpu.md"

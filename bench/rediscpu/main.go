@@ -1,9 +1,11 @@
 // Command rediscpu measures what redisstore.Store costs Redis: Redis CPU time (INFO cpu,
 // used_cpu_sys + used_cpu_user, summed over a cluster's masters) per decision, and decisions
-// per script call (INFO commandstats, evalsha + eval), for one hot key or many distinct keys at
-// each number of concurrent callers. One line per case, tab-separated:
+// per script call (INFO commandstats, evalsha + eval) and per round trip (INFO stats
+// total_reads_processed: the reads of client input, one per pipeline or command that arrives on
+// its own), for one hot key or many distinct keys at each number of concurrent callers. One
+// line per case, tab-separated:
 //
-//	rediscpu <topology> <keys> <callers> <decisions> <cpu µs per decision> <decisions per script call>
+//	rediscpu <topology> <keys> <callers> <decisions> <cpu µs per decision> <decisions per script call> <errors> <decisions per read>
 //
 // bench/rediscpu.sh runs it next to redis-benchmark references; the same source builds
 // against an earlier commit's store for a side-by-side run.
@@ -48,7 +50,7 @@ func main() {
 			for i := range nk {
 				_, _ = s.Take(ctx, "k"+strconv.Itoa(i), lim, 1, time.Time{})
 			}
-			cpu0, calls0 := stats(ctx, client)
+			cpu0, calls0, reads0 := stats(ctx, client)
 			var n, fails atomic.Int64
 			stop := time.Now().Add(*duration)
 			var wg sync.WaitGroup
@@ -64,19 +66,20 @@ func main() {
 				})
 			}
 			wg.Wait()
-			cpu1, calls1 := stats(ctx, client)
+			cpu1, calls1, reads1 := stats(ctx, client)
 			_ = s.Close()
 			d := n.Load()
-			fmt.Printf("rediscpu\t%s\t%d\t%d\t%d\t%.2f\t%.2f\t%d\n", *topo, nk, c, d, (cpu1-cpu0)*1e6/float64(d), float64(d)/float64(calls1-calls0), fails.Load())
+			fmt.Printf("rediscpu\t%s\t%d\t%d\t%d\t%.2f\t%.2f\t%d\t%.2f\n", *topo, nk, c, d, (cpu1-cpu0)*1e6/float64(d),
+				float64(d)/float64(calls1-calls0), fails.Load(), float64(d)/float64(reads1-reads0))
 		}
 	}
 }
 
-// stats sums Redis CPU seconds and script calls over the masters.
-func stats(ctx context.Context, client redis.UniversalClient) (cpu float64, calls int64) {
+// stats sums Redis CPU seconds, script calls and reads of client input over the masters.
+func stats(ctx context.Context, client redis.UniversalClient) (cpu float64, calls, reads int64) {
 	var mu sync.Mutex
 	one := func(ctx context.Context, c *redis.Client) error {
-		info, err := c.Info(ctx, "cpu", "commandstats").Result()
+		info, err := c.Info(ctx, "cpu", "commandstats", "stats").Result()
 		if err != nil {
 			return err
 		}
@@ -88,6 +91,9 @@ func stats(ctx context.Context, client redis.UniversalClient) (cpu float64, call
 			case "used_cpu_sys", "used_cpu_user":
 				f, _ := strconv.ParseFloat(v, 64)
 				cpu += f
+			case "total_reads_processed":
+				n, _ := strconv.ParseInt(v, 10, 64)
+				reads += n
 			case "cmdstat_evalsha", "cmdstat_eval":
 				// calls=N,usec=...
 				f := strings.TrimPrefix(strings.Split(v, ",")[0], "calls=")
@@ -106,5 +112,5 @@ func stats(ctx context.Context, client redis.UniversalClient) (cpu float64, call
 	if err != nil {
 		log.Fatal(err)
 	}
-	return cpu, calls
+	return cpu, calls, reads
 }
