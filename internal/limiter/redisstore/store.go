@@ -199,8 +199,10 @@ func (s *Store) Close() error {
 }
 
 // Take implements limiter.Store: it decides whether n units fit under lim for key and records
-// them when they do, in one script call (sent in a pipeline with the other Takes waiting at the
-// moment, for a single-node client). It returns when the reply arrives or the budget
+// them when they do, as one group of the request script, coalesced with the other calls on the
+// same master waiting at the moment (see batch.go); a denial still brings the state forward to
+// the decision's instant, as in limiter.MemoryStore.Take. It returns when the reply arrives or
+// the budget
 // (Options.Timeout, or ctx's deadline if earlier) runs out, whichever is first.
 //
 // Without ExplicitTime, now is ignored; with it, now is the decision time, truncated to the
