@@ -17,7 +17,8 @@
 # the defaults, 9 to 11 on a busy one.
 # Knobs: BENCH_COUNT=5 (limiter rounds), BENCH_TIME=100ms (go test -benchtime), BENCH_REPEAT=1
 # (store and proxy repeats; medians are reported), PROXY_DURATION=5 (seconds per proxy run),
-# STORE_DURATION=2s, RATE=1000 (fixed-rate run), REDIS_N=50000 and REDIS_TAKES=10000 (bench/redis.sh's
+# STORE_DURATION=2s, REDISCPU_BASE_BIN= (bench/rediscpu built at an earlier commit, to compare
+# side by side), RATE=1000 (fixed-rate run), REDIS_N=50000 and REDIS_TAKES=10000 (bench/redis.sh's
 # N and TAKES), BENCHSTAT=path.
 set -euo pipefail
 
@@ -98,6 +99,9 @@ if [ -x bench/redis.sh ]; then
   REPS=$BENCH_REPEAT N=$REDIS_N TAKES=$REDIS_TAKES timeout 300 bench/redis.sh >> "$OUT/redis-sh.txt" 2>&1 ||
     echo "bench/redis.sh exited with $?" >> "$OUT/redis-sh.txt"
 fi
+
+echo "# 2c/3 bench/rediscpu.sh: Redis CPU per decision, single node and 3-master cluster" >&2
+OUT=$OUT DURATION=$STORE_DURATION BASE_BIN=${REDISCPU_BASE_BIN:-} bench/rediscpu.sh > /dev/null
 
 echo "# 3/3 proxy path" >&2
 OUT=$OUT DURATION=$PROXY_DURATION RATE=$RATE BENCH_REPEAT=$BENCH_REPEAT PROFILE=0 OUTAGE=0 bench/proxy.sh | tee "$OUT/proxy.txt"

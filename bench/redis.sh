@@ -53,14 +53,12 @@ redis-cli -p "$PORT" PING >/dev/null
 URL="redis://127.0.0.1:$PORT/0"
 RET1=$(redis-cli -p "$PORT" SCRIPT LOAD "return 1")
 
-# The store's scripts, for the Redis-only ceiling: prelude + algorithm, as scripts.go builds them.
-declare -A LUA=([FixedWindow]=fixedwindow [SlidingWindowLog]=slidinglog [SlidingWindowCounter]=slidingcounter
-  [TokenBucket]=tokenbucket [LeakyBucket/Meter]=leakybucket [LeakyBucket/Queue]=leakybucket)
-declare -A MODE=([LeakyBucket/Queue]=q)
-declare -A SHA
-for alg in "${!LUA[@]}"; do
-  SHA[$alg]=$(redis-cli -p "$PORT" -x SCRIPT LOAD < <(cat internal/limiter/redisstore/lua/prelude.lua "internal/limiter/redisstore/lua/${LUA[$alg]}.lua"))
-done
+# The store's script, for the Redis-only ceiling: arith + request, as scripts.go builds it, one
+# Take per call (a group of one take committed even when denied, -1; see lua/request.lua), by
+# the algorithm's code.
+declare -A LUA=([FixedWindow]=1 [SlidingWindowLog]=2 [SlidingWindowCounter]=3 [TokenBucket]=4
+  [LeakyBucket/Meter]=5 [LeakyBucket/Queue]=6)
+REQ=$(redis-cli -p "$PORT" -x SCRIPT LOAD < <(cat internal/limiter/redisstore/lua/arith.lua internal/limiter/redisstore/lua/request.lua))
 
 RESULTS=$WORK/results.tsv # kind, callers, name, value per line
 scaled() { echo $(( $1 * ($2 > 10 ? $2 : 10) / 50 )); } # total callers: fewer callers, fewer calls
@@ -83,7 +81,7 @@ for rep in $(seq "$REPS"); do
     gobench "$c" unbatched,batched 'BenchmarkTake$|BenchmarkEvalReturn1$' >> "$RESULTS"
   done
   for alg in "${!LUA[@]}"; do
-    printf 'ceiling\t-\t%s\t%s\n' "$alg" "$(rb 4 100000 -P 32 -r 1000 EVALSHA "${SHA[$alg]}" 1 "bench:{__rand_int__}:$alg" "" 1000 1000 1000 1 0 1000 "${MODE[$alg]:-m}")" >> "$RESULTS"
+    printf 'ceiling\t-\t%s\t%s\n' "$alg" "$(rb 4 100000 -P 32 -r 1000 EVALSHA "$REQ" 1 "bench:{__rand_int__}:$alg" "" 0 -1 1 "${LUA[$alg]}" 1000 1000 1000 1 1000 0)" >> "$RESULTS"
   done
   if [ "$SENDERS" = 1 ]; then
     gobench 50 senders1,senders2,senders4 'BenchmarkTake/.*/.*/(FixedWindow|TokenBucket)$' >> "$RESULTS"

@@ -197,6 +197,15 @@ def section_store(out):
     for alg, keys, one, per in memory:
         lines.append(f"| {alg} | {one} | {per} |")
     lines.append("")
+    cpu = os.path.join(out, "rediscpu.md")
+    if os.path.exists(cpu):
+        lines += ["### Redis CPU per decision (bench/rediscpu.sh)", "",
+                  "What each decision costs the Redis it shares (`INFO cpu` deltas over the decisions; a "
+                  "cluster summed over its 3 masters), as a ratio to a naive hash token bucket script "
+                  "(HMGET/HSET/PEXPIRE) sent by `redis-benchmark -c 32` in the same run. `-base` rows are "
+                  "the previous commit's store, built from the same bench/rediscpu source.", ""]
+        lines += open(cpu).read().rstrip("\n").split("\n")
+        lines.append("")
     extra = os.path.join(out, "redis-sh.txt")
     if os.path.exists(extra):
         lines += ["Output of bench/redis.sh (the store's own Redis benchmark, run as found in the tree):", "", "```"]

@@ -3,7 +3,8 @@ package redisstore
 import (
 	"context"
 	"errors"
-	"slices"
+	"fmt"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -11,24 +12,32 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
-// Batching.
+// Batching and coalescing.
 //
 // A Take through go-redis costs a pooled connection, a write and a read syscall and a goroutine
-// wake-up per decision; with tens of concurrent callers that, not Redis, is the ceiling. So the
-// Store funnels the Takes of a single-node client (and Sentinel's, which is one) through a
-// batcher: a goroutine that takes every call queued at that moment (at most maxBatch), sends
-// them as one pipeline of EVALSHAs, and hands each caller its reply. It never waits for a batch
-// to fill: an idle store sends a lone call at once, a busy one sends whatever queued while the
-// previous pipeline was on the wire ("natural batching").
+// wake-up per decision, and each script call costs Redis a fixed overhead; with tens of
+// concurrent callers that, not the transitions, is the ceiling. So the Store funnels its calls
+// through a batcher: a goroutine that takes every call queued at that moment (at most
+// maxBatch), coalesces them into as few calls of the request script (lua/request.lua) as it
+// can, each call's Take or TakeRequest a group of its own in arrival order, sends those as one
+// pipeline and hands each caller its part of the reply. It never waits for a batch to fill: an
+// idle store sends a lone call at once, a busy one sends whatever queued while the previous
+// pipeline was on the wire ("natural batching").
 //
-// Each decision is still one script, so atomicity per key is unchanged; the pipeline only shares
-// the round trip. A pipeline does not retry (the client's MaxRetries applies, -1 from
-// NewClientFromURL), so no script runs twice, with one exception that is safe: entries answered
-// NOSCRIPT did not run, and are re-sent after SCRIPT LOAD on the same connection.
+// One script call decides its groups one after another at one instant, each on the state the
+// earlier ones left, exactly as limiter.MemoryStore decides the same sequence at the same now:
+// a hot key costs Redis one call per batch, its state read and written once. A call takes at
+// most maxGroups groups and maxKeys keys, and only groups with the same explicit instant (with
+// Options.ExplicitTime; one per batch with server time). A pipeline does not retry (the
+// client's MaxRetries applies, -1 from NewClientFromURL), so no script runs twice, with one
+// exception that is safe: calls answered NOSCRIPT did not run, and are re-sent as EVAL.
 //
-// Redis Cluster clients are not batched: go-redis splits a cluster pipeline by node and waits for
-// every node, so one hung master would hold back the decisions of keys on healthy masters until
-// the budget ran out. Unbatched, a hung master delays only its own keys.
+// Redis Cluster: one script may only touch one slot, so groups are coalesced per slot, and the
+// Store keeps one batcher per master (batcherFor), each sending its own pipelines through the
+// cluster client, which follows MOVED and ASK. go-redis waits for every node of a cluster
+// pipeline, so one pipeline over all masters would let a hung master hold back the decisions of
+// keys on healthy ones until the budget ran out; per-master batchers delay only the hung
+// master's keys.
 
 // maxBatch bounds the calls in one pipeline, so one batch's replies do not hold a caller
 // behind thousands of others.
@@ -51,14 +60,24 @@ const directMax = 4
 // abandoned by Close; such errors match ErrUnavailable too.
 var ErrClosed = errors.New("store closed")
 
-// call is one Take waiting for its batch.
+// maxGroups and maxKeys bound one coalesced script call, so that one call's work (and the
+// time Redis spends in it, blocking every other client) stays small.
+const (
+	maxGroups = 64
+	maxKeys   = 128
+)
+
+// call is one Take or TakeRequest waiting for its batch: a group of the request script.
 type call struct {
 	ctx    context.Context // the caller's, with the budget
-	script *script
-	keys   []string
-	args   []any
+	nowArg string          // the request script's ARGV[1]
+	keys   []string        // the group's Redis keys, each once
+	// args is the group's ARGV: its count (negative for a Take, see request.lua), then
+	// takeArgs per take, whose first names a key of keys by its index from 1.
+	args  []any
+	takes int
 
-	// Set by the batcher before it closes done.
+	// Set by the batcher before it closes done: requestFields integers per take.
 	vals []int64
 	err  error
 	done chan struct{}
@@ -67,7 +86,10 @@ type call struct {
 // batcher sends the calls queued on it as pipelines. Safe for concurrent use.
 type batcher struct {
 	client redis.UniversalClient
-	queue  chan *call
+	minTTL int64 // the request script's ARGV[2]
+	// cluster groups calls by slot: a script may only touch one.
+	cluster bool
+	queue   chan *call
 	// ctx is canceled by close, so a sender does not start another round trip.
 	ctx     context.Context
 	cancel  context.CancelFunc
@@ -77,18 +99,22 @@ type batcher struct {
 	// active counts the calls in do; see there.
 	active atomic.Int64
 
-	// For tests: pipelines sent, the most calls one carried, NOSCRIPT recoveries.
-	batches, largest, reloads atomic.Int64
+	// For tests and benchmarks: pipelines sent, the most calls one carried, script calls
+	// sent, the most groups one carried, NOSCRIPT recoveries.
+	batches, largest, scripts, coalesced, reloads atomic.Int64
 }
 
-func newBatcher(client redis.UniversalClient, n int) *batcher {
+func newBatcher(client redis.UniversalClient, n int, minTTL int64) *batcher {
 	ctx, cancel := context.WithCancel(context.Background())
+	_, cluster := client.(*redis.ClusterClient)
 	b := &batcher{
-		client: client,
-		queue:  make(chan *call, queueLen),
-		ctx:    ctx,
-		cancel: cancel,
-		stop:   make(chan struct{}),
+		client:  client,
+		minTTL:  minTTL,
+		cluster: cluster,
+		queue:   make(chan *call, queueLen),
+		ctx:     ctx,
+		cancel:  cancel,
+		stop:    make(chan struct{}),
 	}
 	for range n {
 		b.senders.Go(b.run)
@@ -108,11 +134,11 @@ func (b *batcher) close() {
 	})
 }
 
-// do runs script for one caller and returns its reply, or ctx's error as soon as ctx is done,
-// whether or not the batch is still in flight. While at most directMax calls are in do, a call
-// makes its own round trip (on its own pooled connection, as an unbatched Store does); beyond
-// that it queues for the next pipeline.
-func (b *batcher) do(ctx context.Context, sc *script, keys []string, args []any) ([]int64, error) {
+// do decides one group (see call) for one caller and returns its requestFields integers per
+// take, or ctx's error as soon as ctx is done, whether or not the batch is still in flight.
+// While at most directMax calls are in do, a call makes its own round trip (on its own pooled
+// connection, as an unbatched Store does); beyond that it queues for the next pipeline.
+func (b *batcher) do(ctx context.Context, nowArg string, keys []string, args []any, takes int) ([]int64, error) {
 	defer b.active.Add(-1)
 	if b.active.Add(1) <= directMax {
 		select {
@@ -120,9 +146,9 @@ func (b *batcher) do(ctx context.Context, sc *script, keys []string, args []any)
 			return nil, ErrClosed
 		default:
 		}
-		return sc.Run(ctx, b.client, keys, args...).Int64Slice()
+		return runDirect(ctx, b.client, nowArg, b.minTTL, keys, args, takes)
 	}
-	c := &call{ctx: ctx, script: sc, keys: keys, args: args, done: make(chan struct{})}
+	c := &call{ctx: ctx, nowArg: nowArg, keys: keys, args: args, takes: takes, done: make(chan struct{})}
 	select {
 	case b.queue <- c:
 	case <-ctx.Done():
@@ -203,45 +229,118 @@ func (b *batcher) send(batch []*call) {
 		}
 	}
 
-	cmds := b.exec(ctx, live, nil)
-	var retry []*call
-	for i, c := range live {
+	scripts := b.coalesce(live)
+	cmds := b.exec(ctx, scripts, false)
+	var retry []*merged
+	for i, m := range scripts {
 		if isNoScript(cmds[i].Err()) {
-			retry = append(retry, c)
+			retry = append(retry, m)
 			continue
 		}
-		c.finish(cmds[i].Int64Slice())
+		m.finish(cmds[i].Int64Slice())
 	}
 	if len(retry) == 0 {
 		return
 	}
 	// The script cache was flushed (a restart, SCRIPT FLUSH, a failover to a replica that never
-	// saw the scripts): load what the NOSCRIPT entries need and re-send only those, SCRIPT LOAD
-	// first in the same pipeline. A NOSCRIPT reply means that script did not run, so this
-	// cannot count a request twice. Whatever fails again is reported, not retried.
+	// saw the script): re-send only the calls answered NOSCRIPT, as EVAL, which caches the
+	// script on the node that runs it (on a cluster, the one that owns the keys). A NOSCRIPT
+	// reply means that script did not run, so this cannot count a request twice. Whatever fails
+	// again is reported, not retried.
 	b.reloads.Add(1)
-	var load []*script
-	for _, c := range retry {
-		if !slices.Contains(load, c.script) {
-			load = append(load, c.script)
-		}
-	}
-	cmds = b.exec(ctx, retry, load)
-	for i, c := range retry {
-		c.finish(cmds[i].Int64Slice())
+	cmds = b.exec(ctx, retry, true)
+	for i, m := range retry {
+		m.finish(cmds[i].Int64Slice())
 	}
 }
 
-// exec sends SCRIPT LOAD for each of load, then one EVALSHA per call, as one pipeline, and
-// returns the EVALSHA commands in the order of calls. Errors are read per command.
-func (b *batcher) exec(ctx context.Context, calls []*call, load []*script) []*redis.Cmd {
-	pipe := b.client.Pipeline()
-	for _, sc := range load {
-		pipe.ScriptLoad(ctx, sc.src)
+// merged is one call of the request script carrying the groups of several calls.
+type merged struct {
+	calls []*call
+	keys  []string
+	args  []any
+	// index maps keys to their index from 1; slot is the keys' hash tag (cluster only).
+	index map[string]int
+	slot  string
+}
+
+// coalesce packs calls, in order, into script calls: a call joins the latest script call of
+// its slot (any, on a single node) while that has the same instant and room for its group.
+// Arrival order is kept among the calls of one slot, the only order that can change a
+// decision, since each slot's script calls run in pipeline order.
+func (b *batcher) coalesce(calls []*call) []*merged {
+	var out []*merged
+	open := map[string]*merged{} // per slot, the script call still taking groups
+	for _, c := range calls {
+		slot := ""
+		if b.cluster {
+			slot = hashTag(c.keys[0])
+		}
+		m := open[slot]
+		if m == nil || m.args[0] != c.nowArg || len(m.calls) == maxGroups || len(m.keys)+len(c.keys) > maxKeys {
+			m = &merged{index: make(map[string]int, len(c.keys)), slot: slot}
+			m.args = append(make([]any, 0, 2+len(c.args)), c.nowArg, b.minTTL)
+			open[slot] = m
+			out = append(out, m)
+		}
+		m.calls = append(m.calls, c)
+		m.args = append(m.args, c.args[0])
+		local := c.args[1:]
+		for j := 0; j < len(local); j += takeArgs {
+			k := c.keys[local[j].(int)-1]
+			idx, ok := m.index[k]
+			if !ok {
+				m.keys = append(m.keys, k)
+				idx = len(m.keys)
+				m.index[k] = idx
+			}
+			m.args = append(m.args, idx)
+			m.args = append(m.args, local[j+1:j+takeArgs]...)
+		}
 	}
-	cmds := make([]*redis.Cmd, len(calls))
-	for i, c := range calls {
-		cmds[i] = pipe.EvalSha(ctx, c.script.Hash(), c.keys, c.args...)
+	b.scripts.Add(int64(len(out)))
+	for _, m := range out {
+		for n := int64(len(m.calls)); ; {
+			g := b.coalesced.Load()
+			if n <= g || b.coalesced.CompareAndSwap(g, n) {
+				break
+			}
+		}
+	}
+	return out
+}
+
+// finish hands each call its part of the script's reply.
+func (m *merged) finish(vals []int64, err error) {
+	want := 1
+	for _, c := range m.calls {
+		want += requestFields * c.takes
+	}
+	if err == nil && len(vals) != want {
+		err = fmt.Errorf("request script returned %d values for %d groups, want %d", len(vals), len(m.calls), want)
+	}
+	for _, c := range m.calls {
+		if err != nil {
+			c.finish(nil, err)
+			continue
+		}
+		n := requestFields * c.takes
+		c.finish(vals[:n:n], nil)
+		vals = vals[n:]
+	}
+}
+
+// exec sends the script calls as one pipeline, as EVALSHA (or EVAL, with src), and returns
+// their commands in order. Errors are read per command.
+func (b *batcher) exec(ctx context.Context, scripts []*merged, src bool) []*redis.Cmd {
+	pipe := b.client.Pipeline()
+	cmds := make([]*redis.Cmd, len(scripts))
+	for i, m := range scripts {
+		if src {
+			cmds[i] = pipe.Eval(ctx, requestScript.src, m.keys, m.args...)
+		} else {
+			cmds[i] = pipe.EvalSha(ctx, requestScript.Hash(), m.keys, m.args...)
+		}
 	}
 	_, _ = pipe.Exec(ctx)
 	return cmds
@@ -250,6 +349,18 @@ func (b *batcher) exec(ctx context.Context, calls []*call, load []*script) []*re
 func (c *call) finish(vals []int64, err error) {
 	c.vals, c.err = vals, err
 	close(c.done)
+}
+
+// hashTag is the part of key Redis Cluster hashes to find its slot: what lies between the
+// first '{' and the next '}' when that is not empty, else the whole key. Keys with one tag are
+// in one slot (keys with different tags may be too, and are then merely not coalesced).
+func hashTag(key string) string {
+	if i := strings.IndexByte(key, '{'); i >= 0 {
+		if j := strings.IndexByte(key[i+1:], '}'); j > 0 {
+			return key[i+1 : i+1+j]
+		}
+	}
+	return key
 }
 
 func isNoScript(err error) bool { return redis.HasErrorPrefix(err, "NOSCRIPT") }

@@ -2,9 +2,15 @@ package redisstore
 
 import (
 	"context"
+	"errors"
+	"slices"
+	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
+
+	"github.com/redis/go-redis/v9"
 
 	"github.com/sluice-dev/sluice/internal/limiter"
 	"github.com/sluice-dev/sluice/internal/testutil/redisserver"
@@ -19,7 +25,7 @@ func TestCluster(t *testing.T) {
 	rs := newStore(t, client, Options{Prefix: freshPrefix("cluster"), Timeout: testTimeout, ExplicitTime: true})
 	ms := limiter.NewMemoryStore(limiter.MemoryStoreOptions{})
 	if rs.batch != nil {
-		t.Fatal("a cluster client's Store batches; a hung master would hold back every node's decisions")
+		t.Fatal("a cluster client's Store has one batcher for every master; a hung master would hold back every node's decisions")
 	}
 
 	keys := []string{"user:1", "user:2", "10.0.0.1", "{tag}", "a}b{c", "tenant/x", "y", "z"}
@@ -45,6 +51,12 @@ func TestCluster(t *testing.T) {
 			}
 		}
 	}
+	rs.mu.Lock()
+	batchers := len(rs.nodes)
+	rs.mu.Unlock()
+	if batchers < 2 {
+		t.Errorf("%d batchers for limiters on several masters, want one per master", batchers)
+	}
 	used := 0
 	for _, s := range c.Servers {
 		n, err := s.Do("DBSIZE")
@@ -69,5 +81,188 @@ func TestCluster(t *testing.T) {
 				t.Errorf("key %s on %s has PTTL %s", k, s.Addr(), ttl)
 			}
 		}
+	}
+}
+
+// clusterStore is a Store on a 3-master cluster with one replica each, and the cluster.
+func clusterStore(t *testing.T, opts Options) (*Store, *redisserver.Cluster, *redis.ClusterClient) {
+	t.Helper()
+	c := redisserver.StartCluster(t, 3, redisserver.WithReplicas(1))
+	a := c.Addrs()
+	client := newClient(t, "redis+cluster://"+a[0]+"?addr="+a[1]+"&addr="+a[2])
+	return newStore(t, client, opts), c, client.(*redis.ClusterClient)
+}
+
+// keysPerMaster finds one limiter key on each master (by index in c.Servers) under lim.
+func keysPerMaster(t *testing.T, s *Store, c *redisserver.Cluster, client *redis.ClusterClient, lim limiter.Limit, name string) []string {
+	t.Helper()
+	keys := make([]string, len(c.Servers))
+	found := 0
+	for i := 0; found < len(keys); i++ {
+		k := name + strconv.Itoa(i)
+		node, err := client.MasterForKey(context.Background(), s.Keys(k, lim)[0])
+		if err != nil {
+			t.Fatal(err)
+		}
+		for j, srv := range c.Servers {
+			if srv.Addr() == node.Options().Addr && keys[j] == "" {
+				keys[j] = k
+				found++
+			}
+		}
+	}
+	return keys
+}
+
+// TestClusterCoalescesPerMaster: concurrent callers on one hot key per master admit exactly
+// the limit, their calls coalesce, and after SCRIPT FLUSH on one master its batches recover
+// from NOSCRIPT without counting a request twice.
+func TestClusterCoalescesPerMaster(t *testing.T) {
+	const goroutines, each = 48, 10
+	s, c, client := clusterStore(t, explicitTime("ccoal"))
+	lim := limiter.Limit{Algorithm: limiter.FixedWindow, Limit: 300, Window: time.Minute}
+	run := func(name string) {
+		keys := keysPerMaster(t, s, c, client, lim, name)
+		results := make([][]limiter.Result, len(keys))
+		var wg sync.WaitGroup
+		for i, k := range keys {
+			wg.Go(func() {
+				results[i] = takeConcurrently(t, s, k, lim, goroutines, each, func() time.Time { return at(0) })
+			})
+		}
+		wg.Wait()
+		for i := range keys {
+			checkExactlyCapacity(t, lim, results[i])
+		}
+	}
+	run("hot")
+	s.mu.Lock()
+	var largest, reloads int64
+	for _, b := range s.nodes {
+		largest = max(largest, b.coalesced.Load())
+		reloads += b.reloads.Load()
+	}
+	s.mu.Unlock()
+	t.Logf("at most %d calls coalesced into one script call", largest)
+	if largest < 2 {
+		t.Errorf("no script call carried more than one call")
+	}
+
+	// The first few calls in flight make their own round trips, which recover from NOSCRIPT
+	// by themselves (EVAL); this is about batches, so the flushed master's batcher pretends
+	// they are always in flight.
+	s.mu.Lock()
+	flushed := s.nodes[c.Servers[1].Addr()]
+	s.mu.Unlock()
+	if flushed == nil {
+		t.Fatalf("no batcher for master %s", c.Servers[1].Addr())
+	}
+	flushed.active.Add(directMax)
+	defer flushed.active.Add(-directMax)
+	before := flushed.reloads.Load()
+	if _, err := c.Servers[1].Do("SCRIPT", "FLUSH"); err != nil {
+		t.Fatal(err)
+	}
+	run("after-flush")
+	if got := flushed.reloads.Load() - before; got < 1 {
+		t.Errorf("no batch on the flushed master hit NOSCRIPT (%d recoveries)", got)
+	}
+	t.Logf("NOSCRIPT recoveries: %d on all masters before the flush, %d on the flushed one after", reloads, flushed.reloads.Load()-before)
+}
+
+// TestClusterHungMasterDelaysOnlyItsKeys: with one master paused, the keys of the others are
+// decided as usual, while the paused master's fail as timeouts within their budget.
+func TestClusterHungMasterDelaysOnlyItsKeys(t *testing.T) {
+	const budget = time.Second
+	s, c, client := clusterStore(t, Options{Prefix: freshPrefix("hung"), Timeout: budget})
+	lim := limiter.Limit{Algorithm: limiter.FixedWindow, Limit: 1_000_000, Window: time.Hour}
+	keys := keysPerMaster(t, s, c, client, lim, "k")
+	for _, k := range keys {
+		mustTake(t, s, k, lim, 1, time.Time{})
+	}
+	c.Servers[0].Pause()
+	t.Cleanup(c.Servers[0].Resume)
+
+	const callers = 40
+	errs := make([][]error, len(keys))
+	elapsed := make([][]time.Duration, len(keys))
+	var wg sync.WaitGroup
+	for i, k := range keys {
+		errs[i], elapsed[i] = make([]error, callers), make([]time.Duration, callers)
+		for j := range callers {
+			wg.Go(func() {
+				start := time.Now()
+				_, errs[i][j] = s.Take(context.Background(), k, lim, 1, time.Time{})
+				elapsed[i][j] = time.Since(start)
+			})
+		}
+	}
+	wg.Wait()
+	for j := range callers {
+		if err := errs[0][j]; !errors.Is(err, ErrTimeout) {
+			t.Fatalf("caller %d on the paused master: %v, want a timeout", j, err)
+		}
+		for i := 1; i < len(keys); i++ {
+			if errs[i][j] != nil {
+				t.Fatalf("caller %d on healthy master %s: %v after %s", j, c.Servers[i].Addr(), errs[i][j], elapsed[i][j])
+			}
+		}
+	}
+	t.Logf("paused master's callers failed after at most %s; healthy masters' answered within %s",
+		slices.Max(elapsed[0]), max(slices.Max(elapsed[1]), slices.Max(elapsed[2])))
+}
+
+// TestClusterSlotMigration moves a limiter's slot from one master to another, through the
+// MIGRATING/IMPORTING phase (ASK) to the end (MOVED), while the Store keeps deciding on a
+// client with the old slot map: decisions equal limiter.MemoryStore's throughout.
+func TestClusterSlotMigration(t *testing.T) {
+	s, c, client := clusterStore(t, explicitTime("migrate"))
+	ms := limiter.NewMemoryStore(limiter.MemoryStoreOptions{})
+	lim := limiter.Limit{Algorithm: limiter.TokenBucket, Limit: 20, Window: time.Minute}
+	key := keysPerMaster(t, s, c, client, lim, "m")[0]
+	rk := s.Keys(key, lim)[0]
+	src, dst := c.Servers[0], c.Servers[1]
+	do := func(srv *redisserver.TestServer, args ...string) string {
+		t.Helper()
+		out, err := srv.Do(args...)
+		if err != nil {
+			t.Fatalf("%s on %s: %v", strings.Join(args, " "), srv.Addr(), err)
+		}
+		return out
+	}
+	slot := do(src, "CLUSTER", "KEYSLOT", rk)
+	srcID, dstID := do(src, "CLUSTER", "MYID"), do(dst, "CLUSTER", "MYID")
+	step := 0
+	check := func(phase string, n int) {
+		t.Helper()
+		for range n {
+			now := at(int64(step) * 500)
+			step++
+			want, got := mustTake(t, ms, key, lim, 3, now), mustTake(t, s, key, lim, 3, now)
+			if got != want {
+				t.Fatalf("%s, step %d: redis %+v, memory %+v", phase, step, got, want)
+			}
+		}
+	}
+	check("before", 5)
+	// Through pipelines, not the direct calls of the first few in flight: the source's
+	// batcher, which the client's old slot map keeps choosing, pretends they are in flight.
+	s.mu.Lock()
+	for _, b := range s.nodes {
+		b.active.Add(directMax)
+		defer b.active.Add(-directMax)
+	}
+	s.mu.Unlock()
+	do(dst, "CLUSTER", "SETSLOT", slot, "IMPORTING", srcID)
+	do(src, "CLUSTER", "SETSLOT", slot, "MIGRATING", dstID)
+	check("migrating, key on the source", 3)
+	do(src, "MIGRATE", "127.0.0.1", strconv.Itoa(dst.Port()), "", "0", "5000", "KEYS", rk)
+	check("migrating, key on the target (ASK)", 3)
+	for _, srv := range c.Servers {
+		do(srv, "CLUSTER", "SETSLOT", slot, "NODE", dstID)
+	}
+	check("migrated (MOVED)", 5)
+	if out, _ := dst.Do("EXISTS", rk); out != "1" {
+		t.Fatalf("the key is not on the target master after the migration (EXISTS %q)", out)
 	}
 }

@@ -1,52 +1,62 @@
 // Package redisstore is a limiter.Store kept in Redis, so that every replica of a service shares
 // one limit per key.
 //
-// Each decision is one EVALSHA of the algorithm's Lua script, which reads the key's state,
-// applies the same integer transition as package limiter (ported formula for formula; a
-// differential test against limiter.MemoryStore keeps them equal) and writes the state back with
-// a TTL, atomically. By default (the zero Options) the script takes the time from Redis (TIME),
-// so every client shares one clock however far apart their own clocks are.
+// Every decision is made by one Lua script, lua/request.lua, which reads each key's state once,
+// applies the same integer transitions as package limiter (ported formula for formula; a
+// differential test against limiter.MemoryStore keeps them equal) and writes each state back
+// once with a TTL, atomically. By default (the zero Options) the script takes the time from
+// Redis (TIME, once per script call), so every client shares one clock however far apart their
+// own clocks are.
 //
-// Concurrent decisions share round trips: with a single-node or Sentinel client, the Store's
-// batcher sends the Takes waiting at that moment as one pipeline, without waiting for more (see
-// batch.go). Cluster clients make one round trip per decision. Close stops the batcher.
+// Concurrent decisions share round trips and script calls: the Store's batcher coalesces the
+// Takes and TakeRequests waiting at that moment into as few calls of the script as it can,
+// each a group decided in arrival order at one instant, exactly as MemoryStore would decide that
+// sequence (see batch.go): a hot key costs one script call per batch. A single-node or Sentinel
+// client has one batcher; a Redis Cluster client one per master, each sending its own
+// pipelines (go-redis follows MOVED and ASK), so a hung master delays only its own keys. Close
+// stops the batchers.
 //
 // # Key layout
 //
 // A limiter key k under Limit lim is stored in
 //
-//	<prefix>:{<h>}:<alg><schema>:<W>
+//	<prefix>:{<id>}:<schema>
 //
-// where h is the first 16 bytes of SHA-256(k) in hex (32 characters), alg is fw, swl, swc, tb,
-// lbm or lbq (LeakyBucket Meter and Queue), schema is the version of the script's state layout
-// (1), and W is the window in milliseconds. Consequences:
+// where id is the first 96 bits of SHA-256(alg, W, NUL, k) in base64url (16 characters), alg is
+// fw, swl, swc, tb, lbm or lbq (LeakyBucket Meter and Queue), W the window in milliseconds, and
+// schema the version of the state layout (2). Consequences:
 //
-//   - The braces make h the Redis Cluster hash tag: all keys of one limiter are in one slot, as a
-//     script needs. Client input only reaches Redis hashed, so ':', braces, newlines or a
-//     megabyte of key cannot inject into, or collide with, another limiter's keys, and a key is at
-//     most len(prefix) + 52 bytes long.
+//   - The braces make id the Redis Cluster hash tag. Client input only reaches Redis hashed, so
+//     ':', braces, newlines or a megabyte of key cannot inject into, or collide with, another
+//     limiter's keys, and a key is len(prefix) + 21 bytes long (27 with the default prefix, so
+//     that the key name fits a 32-byte allocation).
 //   - A policy edit that changes the algorithm, the window or the leaky mode moves the limiter to
-//     new keys (the old ones expire): the state's units depend on them. Edits of the limit, burst
-//     or maxDelay keep the state, whose transitions clamp it to the new capacity. This is how
-//     limiter.MemoryStore treats edits too, with one difference: switching a key back to its
+//     a new key (the old one expires): the state's units depend on them. Edits of the limit,
+//     burst or maxDelay keep the state, whose transitions clamp it to the new capacity. This is
+//     how limiter.MemoryStore treats edits too, with one difference: switching a key back to its
 //     previous algorithm or window within the old state's TTL finds the old state.
 //
 // The state per algorithm, each key with a TTL (see below); the window and bucket algorithms
-// keep a string of integers separated by spaces, so that a decision is one GET and at most one
-// SET ... PX:
+// keep a string, so that a decision is one GET and at most one SET ... PX:
 //
-//	fw   string  "<window index> <units admitted in it>"
-//	swc  string  "<window index w> <units in window w-1> <units in window w>"
-//	tb   string  "<tokens in scaled units> <instant they were counted at, ms>"; absent = full
-//	lbm  string  "<level in scaled units> <instant it was computed at, ms>"; absent = empty
+//	fw   string  "<window index> <units admitted in it>", decimal
+//	swc  string  "<window index w> <units in window w-1> <units in window w>", decimal
+//	tb   string  <tokens in scaled units, instant they were counted at (ms)>, packed in 12 bytes
+//	             (14 for instants from 2^43 ms, the year 2248; see lua/arith.lua); absent = full
+//	lbm  string  <level in scaled units, instant it was computed at (ms)>, packed as tb;
+//	             absent = empty
 //	lbq  string  as lbm
 //	swl  list    sum, T1, c1, T2, c2, ...: the sum of the c's, then the units c admitted at
 //	             each instant T, oldest first
 //
 // Memory per limiter, as MEMORY USAGE reports it on Redis 7.0 with the default prefix and a
 // one-minute window (key name and Redis's per-key overhead included; TestMemoryPerKey logs it):
-// 120 to 136 bytes for each string layout; 216 bytes for a log with one entry, plus about
-// 12 bytes per further entry (a full log of 10,000 entries is about 119 KiB).
+// 88 bytes for each string layout; 184 bytes for a log with one entry, plus about 12 bytes per
+// further entry (a full log of 10,000 entries is about 119 KiB).
+//
+// Schema 1 (until issue 13) named keys <prefix>:{<hex of 128 bits of SHA-256(k)>}:<alg>1:<W>
+// and kept the buckets in decimal ("<tokens> <instant>"): 120 to 136 bytes per limiter. Its
+// keys are never read by schema 2 and expire on their own.
 //
 // # Expiry
 //

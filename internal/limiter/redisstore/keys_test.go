@@ -12,10 +12,10 @@ import (
 )
 
 // keyPattern is the layout of every key (see the package comment).
-var keyPattern = regexp.MustCompile(`^([^{}]+):\{[0-9a-f]{32}\}:(fw|swl|swc|tb|lbm|lbq)1:[0-9]+$`)
+var keyPattern = regexp.MustCompile(`^([^{}]+):\{[0-9A-Za-z_-]{16}\}:2$`)
 
-// maxKeyLen is the longest key for the longest prefix and window.
-const maxKeyLen = maxPrefixLen + len(":{}:") + 32 + len("swl1:") + len("86400000")
+// maxKeyLen is the longest key, for the longest prefix.
+const maxKeyLen = maxPrefixLen + len(":{}:2") + 16
 
 // hostile are client-chosen keys that would inject into or collide with other keys if they
 // reached Redis unhashed.

@@ -18,6 +18,9 @@ var _ limiter.RequestStore = (*Store)(nil)
 // requestFields is how many integers the request script returns per take.
 const requestFields = 8
 
+// takeArgs is how many arguments the request script takes per take (appendTake).
+const takeArgs = 8
+
 // TakeRequest implements limiter.RequestStore: a request is admitted only when every enforced
 // take is allowed, and only then is any take charged. now, the costs, the Limits, the budget
 // and the errors are as for Take; a request whose decision failed charges nothing (but see
@@ -76,10 +79,6 @@ func (s *Store) TakeRequest(ctx context.Context, takes []limiter.Take, now time.
 	if len(takes) == 0 {
 		return true, nil
 	}
-	var minTTL int64
-	if s.explicitTime {
-		minTTL = ExplicitTimeMinTTL.Milliseconds()
-	}
 	ctx, cancel := context.WithTimeout(ctx, s.timeout)
 	defer cancel()
 	start := time.Now()
@@ -97,17 +96,17 @@ func (s *Store) TakeRequest(ctx context.Context, takes []limiter.Take, now time.
 		keyOf[i] = j
 	}
 	if _, single := s.client.(*redis.Client); single || len(keys) == 1 {
-		args := make([]any, 0, 3+8*len(takes))
-		args = append(args, nowArg, minTTL, len(takes))
+		args := make([]any, 0, 1+takeArgs*len(takes))
+		args = append(args, len(takes))
 		for i := range takes {
 			args = appendTake(args, keyOf[i]+1, &takes[i])
 		}
-		if _, _, err := s.runRequest(ctx, keys, args, takes, res); err != nil {
+		if _, _, err := s.runRequest(ctx, nowArg, keys, args, takes, res); err != nil {
 			return false, s.wrap(ctx, err, time.Since(start))
 		}
 		return limiter.Admitted(takes, res), nil
 	}
-	return s.reserve(ctx, start, keys, keyOf, takes, nowArg, minTTL, res)
+	return s.reserve(ctx, start, keys, keyOf, takes, nowArg, res)
 }
 
 // appendTake appends a take's fields for the request script, naming its key by index k.
@@ -120,21 +119,13 @@ func appendTake(args []any, k int, t *limiter.Take) []any {
 	return append(args, k, algCode(lim), lim.Limit, lim.WindowMs(), lim.Capacity(), t.N, lim.MaxDelay.Milliseconds(), shadow)
 }
 
-// runRequest runs the request script and fills res (in the order of takes, the script's
-// replies) from its reply. It returns the script's 7th and 8th fields of the last take, what a
-// refund of the call's charges needs.
-func (s *Store) runRequest(ctx context.Context, keys []string, args []any, takes []limiter.Take, res []limiter.Result) (at, content int64, err error) {
-	var vals []int64
-	if s.batch != nil {
-		vals, err = s.batch.do(ctx, requestScript, keys, args)
-	} else {
-		vals, err = requestScript.Run(ctx, s.client, keys, args...).Int64Slice()
-	}
+// runRequest runs the request script on one group (args: its count, then its takes) and
+// fills res (in the order of takes, the script's replies) from its reply. It returns the
+// script's 7th and 8th fields of the last take, what a refund of the call's charges needs.
+func (s *Store) runRequest(ctx context.Context, nowArg string, keys []string, args []any, takes []limiter.Take, res []limiter.Result) (at, content int64, err error) {
+	vals, err := s.run(ctx, nowArg, keys, args, len(takes))
 	if err != nil {
 		return 0, 0, err
-	}
-	if len(vals) != requestFields*len(takes)+1 {
-		return 0, 0, fmt.Errorf("request script returned %d values for %d takes, want %d", len(vals), len(takes), requestFields*len(takes)+1)
 	}
 	for i := range takes {
 		v := vals[requestFields*i:]
@@ -164,7 +155,7 @@ func resultFrom(v []int64, capacity int64) limiter.Result {
 // reserve is TakeRequest on Redis Cluster: one call per key, in parallel, each deciding and
 // charging that key's takes as a request of its own; then, unless the request is admitted, one
 // refund per call that charged something.
-func (s *Store) reserve(ctx context.Context, start time.Time, keys []string, keyOf []int, takes []limiter.Take, nowArg string, minTTL int64, res []limiter.Result) (bool, error) {
+func (s *Store) reserve(ctx context.Context, start time.Time, keys []string, keyOf []int, takes []limiter.Take, nowArg string, res []limiter.Result) (bool, error) {
 	type call struct {
 		takes       []int // indices into takes
 		at, content int64 // for the refund
@@ -178,15 +169,15 @@ func (s *Store) reserve(ctx context.Context, start time.Time, keys []string, key
 	for k := range calls {
 		c := &calls[k]
 		wg.Go(func() {
-			args := make([]any, 0, 3+8*len(c.takes))
-			args = append(args, nowArg, minTTL, len(c.takes))
+			args := make([]any, 0, 1+takeArgs*len(c.takes))
+			args = append(args, len(c.takes))
 			sub := make([]limiter.Take, len(c.takes))
 			for j, i := range c.takes {
 				sub[j] = takes[i]
 				args = appendTake(args, 1, &takes[i])
 			}
 			out := make([]limiter.Result, len(sub))
-			c.at, c.content, c.err = s.runRequest(ctx, keys[k:k+1], args, sub, out)
+			c.at, c.content, c.err = s.runRequest(ctx, nowArg, keys[k:k+1], args, sub, out)
 			if c.err == nil {
 				for j, i := range c.takes {
 					res[i] = out[j]
@@ -229,7 +220,7 @@ func (s *Store) reserve(ctx context.Context, start time.Time, keys []string, key
 		}
 		lim := &takes[c.takes[len(c.takes)-1]].Limit // the content is under its capacity
 		wg.Go(func() {
-			err := refundScript.Run(rctx, s.client, keys[k:k+1], minTTL, algCode(lim), lim.Limit,
+			err := refundScript.Run(rctx, s.client, keys[k:k+1], s.minTTL, algCode(lim), lim.Limit,
 				lim.WindowMs(), lim.Capacity(), units, c.at, c.content).Err()
 			if err != nil {
 				s.refundFailures.Add(1)

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -340,10 +341,10 @@ func TestRefund(t *testing.T) {
 						t.Fatalf("op %d: memory %+v, redis %+v: both should admit", i, want, got)
 					}
 				case "reserve":
-					args := appendTake([]any{now.UnixMilli(), ExplicitTimeMinTTL.Milliseconds(), 1}, 1, &limiter.Take{Key: key, Limit: tc.lim, N: o.n})
+					args := appendTake([]any{1}, 1, &limiter.Take{Key: key, Limit: tc.lim, N: o.n})
 					res := make([]limiter.Result, 1)
 					var err error
-					resAt, resContent, err = rs.runRequest(ctx, rk, args, []limiter.Take{{Key: key, Limit: tc.lim, N: o.n}}, res)
+					resAt, resContent, err = rs.runRequest(ctx, strconv.FormatInt(now.UnixMilli(), 10), rk, args, []limiter.Take{{Key: key, Limit: tc.lim, N: o.n}}, res)
 					if err != nil || !res[0].Allowed {
 						t.Fatalf("op %d: reservation %+v, %v", i, res[0], err)
 					}

@@ -3,11 +3,12 @@ package redisstore
 import (
 	"context"
 	"crypto/sha256"
-	"encoding/hex"
+	"encoding/base64"
 	"errors"
 	"fmt"
 	"strconv"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -32,7 +33,7 @@ const maxPrefixLen = 64
 
 // schema is the version of the scripts' state layout, part of every key: a release that changes
 // the layout bumps it, so it never reads state written by another layout.
-const schema = "1"
+const schema = "2"
 
 // Options configures a Store. The zero value is the production setting: DefaultPrefix,
 // DefaultTimeout and the decision time read from Redis.
@@ -74,9 +75,16 @@ type Store struct {
 	prefix       string
 	timeout      time.Duration
 	explicitTime bool
-	// batch sends concurrent Takes as pipelines; nil for cluster clients (one round trip per
-	// Take).
+	minTTL       int64 // the request script's ARGV[2]
+	// batch coalesces concurrent calls into pipelines of script calls (see batch.go), for a
+	// single-node or Sentinel client; nil for a cluster client, or unbatched.
 	batch *batcher
+	// A cluster client's Store has one batcher per master, made at its first call (batcherFor).
+	cluster *redis.ClusterClient
+	senders int
+	mu      sync.Mutex
+	nodes   map[string]*batcher // by master address
+	closed  bool
 	// refundFailures counts the refunds TakeRequest could not make (see RefundFailures).
 	refundFailures atomic.Int64
 }
@@ -84,19 +92,16 @@ type Store struct {
 var _ limiter.Store = (*Store)(nil)
 
 // New returns a Store deciding with client, which it does not own (close it yourself, after
-// the Store). With a single-node or Sentinel client (*redis.Client) the Store runs a batcher
-// goroutine until Close. It panics if opts fail Validate, a programming error; check options
-// from configuration with Validate first.
+// the Store). The Store runs batcher goroutines until Close: for a single-node or Sentinel
+// client (*redis.Client) one batcher, for a cluster client (*redis.ClusterClient) one per
+// master. It panics if opts fail Validate, a programming error; check options from
+// configuration with Validate first.
 func New(client redis.UniversalClient, opts Options) *Store {
-	n := 0
-	if _, ok := client.(*redis.Client); ok {
-		n = senders
-	}
-	return newWithSenders(client, opts, n)
+	return newWithSenders(client, opts, senders)
 }
 
-// newWithSenders is New with n pipelines in flight at most; 0 sends every Take on its own, as
-// for cluster clients. The benchmarks compare them.
+// newWithSenders is New with n pipelines in flight at most per batcher; 0 sends every call on
+// its own. The benchmarks compare them.
 func newWithSenders(client redis.UniversalClient, opts Options, n int) *Store {
 	if err := opts.Validate(); err != nil {
 		panic(err)
@@ -108,10 +113,68 @@ func newWithSenders(client redis.UniversalClient, opts Options, n int) *Store {
 	if s.timeout == 0 {
 		s.timeout = DefaultTimeout
 	}
+	if s.explicitTime {
+		s.minTTL = ExplicitTimeMinTTL.Milliseconds()
+	}
 	if n > 0 {
-		s.batch = newBatcher(client, n)
+		if cc, ok := client.(*redis.ClusterClient); ok {
+			s.cluster, s.senders, s.nodes = cc, n, map[string]*batcher{}
+		} else {
+			s.batch = newBatcher(client, n, s.minTTL)
+		}
 	}
 	return s
+}
+
+// batcherFor returns the batcher that sends calls on key: the Store's, or on a cluster that of
+// key's master (made at its first call); nil for an unbatched Store.
+func (s *Store) batcherFor(ctx context.Context, key string) (*batcher, error) {
+	if s.cluster == nil {
+		return s.batch, nil
+	}
+	node, err := s.cluster.MasterForKey(ctx, key)
+	if err != nil {
+		return nil, err
+	}
+	addr := node.Options().Addr
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		return nil, ErrClosed
+	}
+	b := s.nodes[addr]
+	if b == nil {
+		b = newBatcher(s.cluster, s.senders, s.minTTL)
+		s.nodes[addr] = b
+	}
+	return b, nil
+}
+
+// run decides one group of the request script (see call in batch.go) and returns its
+// requestFields integers per take.
+func (s *Store) run(ctx context.Context, nowArg string, keys []string, args []any, takes int) ([]int64, error) {
+	b, err := s.batcherFor(ctx, keys[0])
+	if err != nil {
+		return nil, err
+	}
+	if b != nil {
+		return b.do(ctx, nowArg, keys, args, takes)
+	}
+	return runDirect(ctx, s.client, nowArg, s.minTTL, keys, args, takes)
+}
+
+// runDirect is one call of the request script with one group, in a round trip of its own.
+func runDirect(ctx context.Context, client redis.UniversalClient, nowArg string, minTTL int64, keys []string, args []any, takes int) ([]int64, error) {
+	argv := make([]any, 0, 2+len(args))
+	argv = append(append(argv, nowArg, minTTL), args...)
+	vals, err := requestScript.Run(ctx, client, keys, argv...).Int64Slice()
+	if err == nil && len(vals) != requestFields*takes+1 {
+		err = fmt.Errorf("request script returned %d values for %d takes, want %d", len(vals), takes, requestFields*takes+1)
+	}
+	if err != nil {
+		return nil, err
+	}
+	return vals[:requestFields*takes], nil
 }
 
 // Close stops the Store's batcher and waits for its goroutines to return, at most
@@ -122,12 +185,24 @@ func (s *Store) Close() error {
 	if s.batch != nil {
 		s.batch.close()
 	}
+	s.mu.Lock()
+	s.closed = true
+	nodes := s.nodes
+	s.nodes = nil
+	s.mu.Unlock()
+	var wg sync.WaitGroup
+	for _, b := range nodes {
+		wg.Go(b.close)
+	}
+	wg.Wait()
 	return nil
 }
 
 // Take implements limiter.Store: it decides whether n units fit under lim for key and records
-// them when they do, in one script call (sent in a pipeline with the other Takes waiting at the
-// moment, for a single-node client). It returns when the reply arrives or the budget
+// them when they do, as one group of the request script, coalesced with the other calls on the
+// same master waiting at the moment (see batch.go); a denial still brings the state forward to
+// the decision's instant, as in limiter.MemoryStore.Take. It returns when the reply arrives or
+// the budget
 // (Options.Timeout, or ctx's deadline if earlier) runs out, whichever is first.
 //
 // Without ExplicitTime, now is ignored; with it, now is the decision time, truncated to the
@@ -150,47 +225,18 @@ func (s *Store) Take(ctx context.Context, key string, lim limiter.Limit, n int64
 	if err := lim.Validate(); err != nil {
 		return limiter.Result{}, fmt.Errorf("%w: %w", limiter.ErrInvalidLimit, err)
 	}
-	capacity := lim.Capacity()
-	var minTTL int64
-	if s.explicitTime {
-		minTTL = ExplicitTimeMinTTL.Milliseconds()
-	}
-	mode := "m"
-	if lim.Mode == limiter.Queue {
-		mode = "q"
-	}
-
 	ctx, cancel := context.WithTimeout(ctx, s.timeout)
 	defer cancel()
 	start := time.Now()
-	sc, keys := scriptFor(lim), s.Keys(key, lim)
-	args := []any{nowArg, lim.Limit, lim.WindowMs(), capacity, n, minTTL, lim.MaxDelay.Milliseconds(), mode}
-	var vals []int64
-	var err error
-	if s.batch != nil {
-		vals, err = s.batch.do(ctx, sc, keys, args)
-	} else {
-		vals, err = sc.Run(ctx, s.client, keys, args...).Int64Slice()
-	}
+	// A group of one take that is committed even when denied (see lua/request.lua).
+	t := limiter.Take{Key: key, Limit: lim, N: n}
+	args := appendTake(make([]any, 1, 1+takeArgs), 1, &t)
+	args[0] = -1
+	vals, err := s.run(ctx, nowArg, s.Keys(key, lim), args, 1)
 	if err != nil {
 		return limiter.Result{}, s.wrap(ctx, err, time.Since(start))
 	}
-	if len(vals) != 6 {
-		return limiter.Result{}, &Error{Err: fmt.Errorf("script returned %d values, want 6", len(vals))}
-	}
-	r := limiter.Result{
-		Allowed:    vals[0] == 1,
-		Limit:      capacity,
-		Remaining:  vals[1],
-		ResetAfter: limiter.DurationFromMs(vals[2]),
-		RetryAfter: limiter.DurationFromMs(vals[3]),
-		Delay:      limiter.DurationFromMs(vals[4]),
-		Reason:     reasons[vals[5]],
-	}
-	if vals[3] < 0 {
-		r.RetryAfter = limiter.NeverRetry
-	}
-	return r, nil
+	return resultFrom(vals, lim.Capacity()), nil
 }
 
 // reasons maps the scripts' reason codes to limiter.Reason.
@@ -204,20 +250,25 @@ var reasons = map[int64]limiter.Reason{
 // Keys returns the Redis keys that hold key's state under lim, the script's KEYS (one, in this
 // layout): for inspecting state (MEMORY USAGE, TTL) and in tests. See the package comment.
 func (s *Store) Keys(key string, lim limiter.Limit) []string {
-	sum := sha256.Sum256([]byte(key))
-	var b strings.Builder
-	b.Grow(len(s.prefix) + 56)
-	b.WriteString(s.prefix)
-	b.WriteString(":{")
-	b.WriteString(hex.EncodeToString(sum[:16]))
-	b.WriteString("}:")
-	b.WriteString(algTag(lim))
-	b.WriteString(schema)
-	b.WriteByte(':')
-	b.WriteString(strconv.FormatInt(lim.WindowMs(), 10))
-	return []string{b.String()}
+	var b [32]byte
+	h := sha256.New()
+	tag := algTag(lim)
+	_, _ = h.Write([]byte(tag))
+	_, _ = h.Write(strconv.AppendInt(b[:0], lim.WindowMs(), 10))
+	_, _ = h.Write([]byte{0})
+	_, _ = h.Write([]byte(key))
+	sum := h.Sum(b[:0])
+	var k strings.Builder
+	k.Grow(len(s.prefix) + 2 + idLen + 2 + len(schema))
+	k.WriteString(s.prefix)
+	k.WriteString(":{")
+	k.WriteString(base64.RawURLEncoding.EncodeToString(sum[:idBytes]))
+	k.WriteString("}:")
+	k.WriteString(schema)
+	return []string{k.String()}
 }
 
+// algTag names lim's algorithm and leaky mode in the hash of its key.
 func algTag(lim limiter.Limit) string {
 	switch lim.Algorithm {
 	case limiter.FixedWindow:
@@ -235,6 +286,13 @@ func algTag(lim limiter.Limit) string {
 		return "lbm"
 	}
 }
+
+// idBytes is how much of the SHA-256 names a limiter (96 bits: a collision among 10^12 limiters
+// has a probability of about 10^-5), idLen its length in base64url.
+const (
+	idBytes = 12
+	idLen   = 16
+)
 
 // ErrUnavailable matches (errors.Is) every error of a Take that Redis could not answer: the
 // server is down, unreachable, paused, too slow for Options.Timeout, out of memory, or replied

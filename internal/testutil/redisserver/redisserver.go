@@ -36,9 +36,10 @@ const startTimeout = 10 * time.Second
 type Option func(*config)
 
 type config struct {
-	args    []string
-	cluster bool
-	dir     string
+	args     []string
+	cluster  bool
+	dir      string
+	replicas int // per master, for StartCluster
 }
 
 // WithArgs appends redis-server command-line configuration, e.g.
@@ -52,6 +53,12 @@ func WithArgs(args ...string) Option {
 // a temporary directory; Close leaves dir in place.
 func WithDir(dir string) Option {
 	return func(c *config) { c.dir = dir }
+}
+
+// WithReplicas gives each master of StartCluster n replicas (servers started with the same
+// options), for tests of failover; Start ignores it.
+func WithReplicas(n int) Option {
+	return func(c *config) { c.replicas = n }
 }
 
 // withCluster enables cluster mode; StartCluster uses it.

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"net"
 	"os"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -164,4 +165,20 @@ func TestCloseKillsAndRemovesDir(t *testing.T) {
 		t.Fatalf("directory %s still there after Close: %v", s.dir, err)
 	}
 	s.Close() // idempotent
+}
+
+func TestClusterWithReplicas(t *testing.T) {
+	c := StartCluster(t, 3, WithReplicas(1))
+	if len(c.Servers) != 3 || len(c.Replicas) != 3 {
+		t.Fatalf("%d masters, %d replica sets", len(c.Servers), len(c.Replicas))
+	}
+	for i, rs := range c.Replicas {
+		if len(rs) != 1 {
+			t.Fatalf("master %s has %d replicas, want 1", c.Servers[i].Addr(), len(rs))
+		}
+		role, err := rs[0].Do("ROLE")
+		if err != nil || !strings.Contains(role, strconv.Itoa(c.Servers[i].Port())) {
+			t.Fatalf("ROLE on the replica of %s: %q, %v", c.Servers[i].Addr(), role, err)
+		}
+	}
 }

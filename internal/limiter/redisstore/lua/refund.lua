@@ -25,7 +25,7 @@
 -- no earlier than the charge's refill or leak would have made it fresh.)
 -- The key keeps its TTL: a state that holds less becomes equivalent to an absent key no later
 -- than it would have. A state the refund makes equivalent to an absent key is deleted with
--- server time, and kept with explicit time (prelude.lua's save rules).
+-- server time, and kept with explicit time (request.lua's save rules).
 local minTTL = tonumber(ARGV[1])
 local alg = tonumber(ARGV[2])
 local L = tonumber(ARGV[3])
@@ -95,7 +95,11 @@ end
 local raw = redis.call('GET', key)
 if not raw then return 0 end
 local f = {}
-for x in string.gmatch(raw, '%-?%d+') do f[#f + 1] = tonumber(x) end
+if alg >= 4 then
+  f[1], f[2] = unpackBucket(raw) -- the buckets' layout (arith.lua)
+else
+  for x in string.gmatch(raw, '%-?%d+') do f[#f + 1] = tonumber(x) end
+end
 
 if alg == 1 then
   -- FixedWindow "<window> <count>": the charge's window only
@@ -120,7 +124,7 @@ elseif alg == 3 then
   put(string.format('%d %d %d', f[1], f[2], f[3]), f[2] == 0 and f[3] == 0)
   return back
 elseif alg == 4 then
-  -- TokenBucket "<tokens> <last>". Without the charges the bucket held before = content + c*W
+  -- TokenBucket <tokens, last>. Without the charges the bucket held before = content + c*W
   -- at at; by last, dt ms later, it would have lost at most max(0, before + dt*L - full) to
   -- the capacity.
   local full = cap * W
@@ -134,10 +138,10 @@ elseif alg == 4 then
   end
   back = math.min(back, full - tokens)
   if back <= 0 then return 0 end
-  put(string.format('%d %d', tokens + back, f[2]), tokens + back == full)
+  put(packBucket(tokens + back, f[2]), tokens + back == full)
   return back
 else
-  -- LeakyBucket "<level> <last>". Without the charges the level was before = content - c*W at
+  -- LeakyBucket <level, last>. Without the charges the level was before = content - c*W at
   -- at; by last, dt ms later, it would have lost at most max(0, dt*L - before) below 0.
   local level, dt = math.min(f[1], cap * W), math.max(0, f[2] - at)
   local before = content - c * W
@@ -149,6 +153,6 @@ else
   end
   back = math.min(back, level)
   if back <= 0 then return 0 end
-  put(string.format('%d %d', level - back, f[2]), level == back)
+  put(packBucket(level - back, f[2]), level == back)
   return back
 end

@@ -9,21 +9,27 @@
 --   W (window, ms), cap (Limit.Capacity), c (cost, 1..), M (LeakyBucket Queue's MaxDelay, ms),
 --   shadow (1: the take does not deny its group, 0: it does)
 -- Returns 8 integers per take, in order: {allowed 0/1, remaining, resetAfter ms,
--- retryAfter ms (-1: never), delay ms, reason, at, content}, reason as in prelude.lua, at the
+-- retryAfter ms (-1: never), delay ms, reason, at, content}, reason 0 none, 1 limited, 2 cost exceeds capacity, 3 delay exceeds max delay, at the
 -- instant the take was decided at (now, or the state's latest instant when the clock went
 -- back) and content the bucket's tokens or level after the take, in scaled units (0 for the
 -- window algorithms): what a refund (refund.lua) needs; then, once, the call's now.
 --
+-- A group whose count is negative, -g, is g takes committed whether or not they are allowed:
+-- a Store.Take (g = 1), whose denial still brings the state forward to now, as in
+-- limiter.MemoryStore.Take. The batcher coalesces the calls waiting at one moment into one
+-- call, each a group, so that one call decides a hot key's whole batch at one instant.
+--
 -- A group's takes are decided in order, each on the state the call's earlier takes left (a key
 -- repeated sees its earlier takes as charged), and the group is committed only if each of its
 -- takes that is not shadow is allowed; a group that is not leaves every state as it was. Each
--- key's state is read at most once and written at most once, at the end, with prelude.lua's
--- save rules. The transitions are functions from a state to a result and a new state that
+-- key's state is read at most once and written at most once, at the end, with save's
+-- rules (below). The transitions are functions from a state to a result and a new state that
 -- change nothing (the log's reads its list, never writes it); each names the Go function it
--- ports, formula for formula. Bounds of the arithmetic: see prelude.lua.
+-- ports, formula for formula. Bounds of the arithmetic: see arith.lua.
 local now
 if ARGV[1] == '' then
-  -- TIME is non-deterministic: the script is replicated by its effects (Redis >= 5).
+  -- TIME is non-deterministic: the script is replicated by its effects (the default since
+  -- Redis 5, the only mode since 7). seconds*1000 is about 1.8e12 < 2^53.
   local t = redis.call('TIME')
   now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 else
@@ -31,17 +37,24 @@ else
 end
 local minTTL = tonumber(ARGV[2])
 
--- The string states ("%d" formats integers below 2^53 exactly): fw "<window> <count>",
--- swc "<window> <prev> <curr>", tb "<tokens> <last>", lbm and lbq "<level> <last>". A state is
--- a table of those numbers, false for an absent key.
-local function decode(raw)
+-- The string states. The windows' are integers in decimal, separated by spaces ("%d" formats
+-- integers below 2^53 exactly): fw "<window> <count>", swc "<window> <prev> <curr>", the
+-- shortest for their usually small numbers. The buckets' (tb <tokens, last>, lbm and lbq
+-- <level, last>) are packBucket's 12 bytes (arith.lua), shorter than their decimal digits. A state is a
+-- table of those numbers, false for an absent key.
+local function decode(alg, raw)
   if not raw then return false end
+  if alg >= 4 then
+    local a, b = unpackBucket(raw)
+    return {a, b}
+  end
   local f = {}
   for x in string.gmatch(raw, '%-?%d+') do f[#f + 1] = tonumber(x) end
   return f
 end
 
 local function encode(alg, s)
+  if alg >= 4 then return packBucket(s[1], s[2]) end
   if alg == 3 then return string.format('%d %d %d', s[1], s[2], s[3]) end
   return string.format('%d %d', s[1], s[2])
 end
@@ -298,7 +311,13 @@ local function saveLog(key, st, W)
 end
 
 -- save writes a string state with a TTL of at least reset ms, or deletes a state equivalent to
--- an absent key: prelude.lua's save.
+-- an absent key (reset == 0).
+--  - With explicit time (minTTL > 0) a key that exists is kept, like limiter.MemoryStore keeps
+--    its entry, and a new one is only written when reset > 0, like MemoryStore: the two then
+--    see the same state even when instants go backwards. Every write renews the TTL, since the
+--    caller's instants say nothing about Redis's clock.
+--  - With server time an unchanged state is not written again: its TTL, set when it was
+--    written, already ends when it becomes equivalent to an absent key.
 local function save(key, raw, reset, state)
   if minTTL > 0 then
     if reset > 0 or raw then
@@ -324,47 +343,56 @@ local function load(k, p)
     e.s = loadLog(KEYS[k], p.W)
   else
     e.raw = redis.call('GET', KEYS[k])
-    e.s = decode(e.raw)
+    e.s = decode(p.alg, e.raw)
   end
   keys[k] = e
   return e
 end
 
-local out = {}
-local i = 3
-while i <= #ARGV do
+-- The loop allocates as little per take as it can (Lua tables are what a script spends its
+-- time on): one parameter table p for every take, a Take's group committed in place.
+local out, n = {}, 0
+local p = {}
+local i, nargv = 3, #ARGV
+while i <= nargv do
   local g = tonumber(ARGV[i])
   i = i + 1
-  local tent = {} -- key index: {state, reset} after the group's takes so far
+  local always = g < 0
+  if always then g = -g end
+  local tent = false -- key index: {state, reset} after the group's takes so far
+  if not always then tent = {} end
   local admit = true
   for _ = 1, g do
     local k = tonumber(ARGV[i])
-    local p = {
-      alg = tonumber(ARGV[i + 1]), L = tonumber(ARGV[i + 2]), W = tonumber(ARGV[i + 3]),
-      cap = tonumber(ARGV[i + 4]), c = tonumber(ARGV[i + 5]), M = tonumber(ARGV[i + 6]),
-    }
+    p.alg, p.L, p.W = tonumber(ARGV[i + 1]), tonumber(ARGV[i + 2]), tonumber(ARGV[i + 3])
+    p.cap, p.c, p.M = tonumber(ARGV[i + 4]), tonumber(ARGV[i + 5]), tonumber(ARGV[i + 6])
     local shadow = ARGV[i + 7] == '1'
     i = i + 8
     local e = load(k, p)
     local s = e.s
-    if tent[k] then s = tent[k][1] end
-    local r, s2
-    if p.alg == 1 then
-      r, s2 = fixedWindow(s, p)
-    elseif p.alg == 2 then
-      r, s2 = slidingWindowLog(s, p, KEYS[k])
-    elseif p.alg == 3 then
-      r, s2 = slidingWindowCounter(s, p)
-    elseif p.alg == 4 then
+    if tent and tent[k] then s = tent[k][1] end
+    local alg, r, s2 = p.alg
+    if alg == 4 then
       r, s2 = tokenBucket(s, p)
+    elseif alg == 1 then
+      r, s2 = fixedWindow(s, p)
+    elseif alg == 2 then
+      r, s2 = slidingWindowLog(s, p, KEYS[k])
+    elseif alg == 3 then
+      r, s2 = slidingWindowCounter(s, p)
     else
-      r, s2 = leakyBucket(s, p, p.alg == 6)
+      r, s2 = leakyBucket(s, p, alg == 6)
     end
-    tent[k] = {s2, r[3]}
-    if r[1] == 0 and not shadow then admit = false end
-    for j = 1, 8 do out[#out + 1] = r[j] end
+    if always then
+      e.s, e.reset, e.dirty = s2, r[3], true
+    else
+      tent[k] = {s2, r[3]}
+      if r[1] == 0 and not shadow then admit = false end
+    end
+    for j = 1, 8 do out[n + j] = r[j] end
+    n = n + 8
   end
-  if admit then
+  if tent and admit then
     for k, t in pairs(tent) do
       local e = keys[k]
       e.s, e.reset, e.dirty = t[1], t[2], true
@@ -382,5 +410,5 @@ for k = 1, #KEYS do
     end
   end
 end
-out[#out + 1] = now
+out[n + 1] = now
 return out

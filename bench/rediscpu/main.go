@@ -1,0 +1,116 @@
+// Command rediscpu measures what redisstore.Store costs Redis: Redis CPU time (INFO cpu,
+// used_cpu_sys + used_cpu_user, summed over a cluster's masters) per decision, and decisions
+// per script call (INFO commandstats, evalsha + eval) and per round trip (INFO stats
+// total_reads_processed: the reads of client input, one per pipeline or command that arrives on
+// its own), for one hot key or many distinct keys at each number of concurrent callers. One
+// line per case, tab-separated:
+//
+//	rediscpu <topology> <keys> <callers> <decisions> <cpu µs per decision> <decisions per script call> <errors> <decisions per read>
+//
+// bench/rediscpu.sh runs it next to redis-benchmark references; the same source builds
+// against an earlier commit's store for a side-by-side run.
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"log"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/sluice-dev/sluice/internal/limiter"
+	"github.com/sluice-dev/sluice/internal/limiter/redisstore"
+)
+
+func main() {
+	url := flag.String("redis-url", "", "redis:// or redis+cluster:// URL")
+	callers := flag.String("callers", "1,8,50", "concurrent callers, comma-separated")
+	keys := flag.String("keys", "1,10000", "distinct keys, comma-separated (1: one hot key)")
+	duration := flag.Duration("duration", 2*time.Second, "per case")
+	topo := flag.String("name", "single", "topology name for the output")
+	flag.Parse()
+	client, err := redisstore.NewClientFromURL(*url)
+	if err != nil {
+		log.Fatal(err)
+	}
+	ctx := context.Background()
+	lim := limiter.Limit{Algorithm: limiter.TokenBucket, Limit: 100_000_000, Window: time.Second}
+	for _, ks := range strings.Split(*keys, ",") {
+		nk, _ := strconv.Atoi(ks)
+		for _, cs := range strings.Split(*callers, ",") {
+			c, _ := strconv.Atoi(cs)
+			s := redisstore.New(client, redisstore.Options{Prefix: fmt.Sprintf("cpu%d-%d-%d", time.Now().UnixNano()%1e6, nk, c), Timeout: time.Second})
+			// Warm: scripts loaded, connections dialed.
+			for i := range nk {
+				_, _ = s.Take(ctx, "k"+strconv.Itoa(i), lim, 1, time.Time{})
+			}
+			cpu0, calls0, reads0 := stats(ctx, client)
+			var n, fails atomic.Int64
+			stop := time.Now().Add(*duration)
+			var wg sync.WaitGroup
+			for g := range c {
+				wg.Go(func() {
+					for i := g; time.Now().Before(stop); i += c {
+						if _, err := s.Take(ctx, "k"+strconv.Itoa(i%nk), lim, 1, time.Time{}); err != nil {
+							fails.Add(1)
+						} else {
+							n.Add(1)
+						}
+					}
+				})
+			}
+			wg.Wait()
+			cpu1, calls1, reads1 := stats(ctx, client)
+			_ = s.Close()
+			d := n.Load()
+			fmt.Printf("rediscpu\t%s\t%d\t%d\t%d\t%.2f\t%.2f\t%d\t%.2f\n", *topo, nk, c, d, (cpu1-cpu0)*1e6/float64(d),
+				float64(d)/float64(calls1-calls0), fails.Load(), float64(d)/float64(reads1-reads0))
+		}
+	}
+}
+
+// stats sums Redis CPU seconds, script calls and reads of client input over the masters.
+func stats(ctx context.Context, client redis.UniversalClient) (cpu float64, calls, reads int64) {
+	var mu sync.Mutex
+	one := func(ctx context.Context, c *redis.Client) error {
+		info, err := c.Info(ctx, "cpu", "commandstats", "stats").Result()
+		if err != nil {
+			return err
+		}
+		mu.Lock()
+		defer mu.Unlock()
+		for _, line := range strings.Split(info, "\r\n") {
+			k, v, _ := strings.Cut(line, ":")
+			switch k {
+			case "used_cpu_sys", "used_cpu_user":
+				f, _ := strconv.ParseFloat(v, 64)
+				cpu += f
+			case "total_reads_processed":
+				n, _ := strconv.ParseInt(v, 10, 64)
+				reads += n
+			case "cmdstat_evalsha", "cmdstat_eval":
+				// calls=N,usec=...
+				f := strings.TrimPrefix(strings.Split(v, ",")[0], "calls=")
+				n, _ := strconv.ParseInt(f, 10, 64)
+				calls += n
+			}
+		}
+		return nil
+	}
+	var err error
+	if cc, ok := client.(*redis.ClusterClient); ok {
+		err = cc.ForEachMaster(ctx, one)
+	} else {
+		err = one(ctx, client.(*redis.Client))
+	}
+	if err != nil {
+		log.Fatal(err)
+	}
+	return cpu, calls, reads
+}
