@@ -126,7 +126,7 @@ func run() error {
 		if !loader.Ready() {
 			return errors.New("configuration not loaded (see the log); passing traffic through meanwhile")
 		}
-		c, err := net.DialTimeout("tcp", hostPort(target), time.Second) //nolint:gosec // the upstream is the operator's --upstream flag, not request input
+		c, err := net.DialTimeout("tcp", proxy.HostPort(target), time.Second) //nolint:gosec // the upstream is the operator's --upstream flag, not request input
 		if err != nil {
 			return fmt.Errorf("upstream: %w", err)
 		}
@@ -191,16 +191,6 @@ func sweep(ctx context.Context, clk clock.WithTicker, m *limiter.MemoryStore) {
 			m.Sweep(now)
 		}
 	}
-}
-
-func hostPort(u *url.URL) string {
-	if u.Port() != "" {
-		return u.Host
-	}
-	if u.Scheme == "https" {
-		return net.JoinHostPort(u.Hostname(), "443")
-	}
-	return net.JoinHostPort(u.Hostname(), "80")
 }
 
 type redisLogger struct{ log *slog.Logger }

@@ -109,7 +109,7 @@ func New(opts Options) *Handler {
 	}
 	h.opts = opts
 	target := opts.Upstream
-	h.upAddr, h.upTLS = hostPort(target), target.Scheme == "https"
+	h.upAddr, h.upTLS = HostPort(target), target.Scheme == "https"
 	h.fast = newHostClient(h.upAddr, h.upTLS)
 	h.fast.Transport = opts.FastTransport
 	h.proxy = &httputil.ReverseProxy{
@@ -156,8 +156,8 @@ func newH2CTransport() *http.Transport {
 	return t
 }
 
-// hostPort is u's host with the scheme's default port when it has none.
-func hostPort(u *url.URL) string {
+// HostPort is u's host with the scheme's default port when it has none.
+func HostPort(u *url.URL) string {
 	if u.Port() != "" {
 		return u.Host
 	}
