@@ -267,14 +267,17 @@ func equalStatus(a, b v1alpha1.RateLimitPolicyStatus) bool {
 // podSet answers render.Build's questions from a namespace's pods.
 type podSet []corev1.Pod
 
-func (s podSet) Ready(sel labels.Selector) int32 {
-	var n int32
+// Ready returns the names of the ready pods sel matches, sorted: each pod's rank, from which
+// it computes its local shares. Never nil, so that the document says the pods are named.
+func (s podSet) Ready(sel labels.Selector) ([]string, int32) {
+	names := []string{}
 	for i := range s {
 		if isReady(&s[i]) && sel.Matches(labels.Set(s[i].Labels)) {
-			n++
+			names = append(names, s[i].Name)
 		}
 	}
-	return n
+	slices.Sort(names)
+	return names, int32(len(names))
 }
 
 func (s podSet) Shared(a, b labels.Selector) bool {

@@ -13,6 +13,7 @@ import (
 	"errors"
 	"fmt"
 	"net/netip"
+	"slices"
 	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -48,13 +49,53 @@ type Policy struct {
 	Name string `json:"name"`
 	// Selector selects the pods that enforce the policy, as in the API.
 	Selector metav1.LabelSelector `json:"selector"`
-	// Replicas is the number of ready pods Selector matched when rendered; the local fallback
-	// divides limits by max(1, Replicas).
-	Replicas       int32       `json:"replicas"`
+	// Replicas is the number of ready pods Selector matched when rendered. When Pods is nil
+	// (a document rendered for a replica count, or by an older writer) every pod holds the
+	// unnamed share, UnnamedShare(limit, Replicas).
+	Replicas int32 `json:"replicas"`
+	// Pods, when not nil, are the names of those ready pods, sorted, and Replicas is their
+	// number: a pod's index is its rank, and the pod of rank i holds Share(limit, Replicas, i)
+	// units of each rule (and of its burst), so that the shares sum to the limit exactly. A
+	// pod not listed (not ready yet, or not rendered yet) holds 0 until the next render. An
+	// empty list (no ready pod) is written as [], nil as null: the two stay distinct.
+	Pods           []string    `json:"pods"`
 	FailureMode    FailureMode `json:"failureMode"`
 	TrustedProxies []string    `json:"trustedProxies,omitempty"`
 	Response       Response    `json:"response"`
 	Rules          []Rule      `json:"rules"`
+}
+
+// Share is the share of total held by the pod of rank 0 <= rank < n among n pods:
+// floor(total/n), plus one for the first total mod n ranks. Summed over the ranks 0..n-1 it
+// is total exactly, whatever n, including n > total (then the last n - total ranks hold 0).
+// It is 0 for a rank outside 0..n-1.
+func Share(total int64, n int32, rank int) int64 {
+	if n <= 0 || rank < 0 || rank >= int(n) {
+		return 0
+	}
+	s := total / int64(n)
+	if int64(rank) < total%int64(n) {
+		s++
+	}
+	return s
+}
+
+// UnnamedShare is the share of total held by each of n pods that know no rank (a document
+// without Pods): floor(total/max(1, n)). The fleet's sum stays at or under total; it is exact
+// only when n divides total, and every pod holds 0 when n > total.
+func UnnamedShare(total int64, n int32) int64 { return total / int64(max(n, 1)) }
+
+// PodShare returns the share of total the pod podName holds under p: Share by its rank in
+// Pods when p lists pods (0 for a pod not listed), UnnamedShare otherwise.
+func (p Policy) PodShare(total int64, podName string) int64 {
+	if p.Pods == nil {
+		return UnnamedShare(total, p.Replicas)
+	}
+	rank, ok := slices.BinarySearch(p.Pods, podName)
+	if !ok || podName == "" {
+		return 0
+	}
+	return Share(total, int32(len(p.Pods)), rank)
 }
 
 // FailureMode is what a sidecar does with a policy's requests while Redis cannot decide.
@@ -214,6 +255,19 @@ func (p Policy) Validate() error {
 	case HeadersDraft, HeadersLegacy, HeadersBoth, HeadersNone:
 	default:
 		return fmt.Errorf("response.headers %q is not Draft, Legacy, Both or None", p.Response.Headers)
+	}
+	if p.Pods != nil {
+		if int(p.Replicas) != len(p.Pods) {
+			return fmt.Errorf("replicas %d is not the number of pods listed, %d", p.Replicas, len(p.Pods))
+		}
+		for i := 1; i < len(p.Pods); i++ {
+			if p.Pods[i-1] >= p.Pods[i] {
+				return fmt.Errorf("pods are not sorted and distinct at %q, %q", p.Pods[i-1], p.Pods[i])
+			}
+		}
+	}
+	if p.Replicas < 0 {
+		return fmt.Errorf("replicas %d is negative", p.Replicas)
 	}
 	if len(p.Rules) == 0 {
 		return errors.New("no rules")

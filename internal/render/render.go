@@ -160,8 +160,9 @@ func orDefault[T ~string](v, def T) T {
 
 // Pods is what Build needs to know of a namespace's pods.
 type Pods interface {
-	// Ready returns the number of ready pods that sel matches.
-	Ready(sel labels.Selector) int32
+	// Ready returns the ready pods that sel matches: their names, sorted and distinct, or,
+	// when the pods are not known by name (FixedReplicas), nil and their number.
+	Ready(sel labels.Selector) (names []string, n int32)
 	// Shared reports whether some pod is matched by both selectors.
 	Shared(a, b labels.Selector) bool
 }
@@ -206,7 +207,10 @@ func Build(namespace string, policies []v1alpha1.RateLimitPolicy, pods Pods) (*p
 			continue
 		}
 		sel, _ := metav1.LabelSelectorAsSelector(&compiled.Selector) // Compile checked it.
-		compiled.Replicas = pods.Ready(sel)
+		compiled.Pods, compiled.Replicas = pods.Ready(sel)
+		if compiled.Pods != nil {
+			compiled.Replicas = int32(len(compiled.Pods))
+		}
 		v := Verdict{MatchedPods: compiled.Replicas}
 		for _, k := range kept {
 			if name, ok := sharedRuleName(compiled, k.compiled); ok && (sel.String() == k.selector.String() || pods.Shared(sel, k.selector)) {
@@ -254,12 +258,31 @@ func Summary(p *v1alpha1.RateLimitPolicy) string {
 	return s
 }
 
-// FixedReplicas answers Build for offline rendering: every selector matches n ready pods and
-// no pod is known, so only identical selectors can conflict.
+// FixedReplicas answers Build for offline rendering: every selector matches n ready pods that
+// have no names, so each holds the unnamed share (policy.UnnamedShare), and no pod is known,
+// so only identical selectors can conflict.
 type FixedReplicas int32
 
-// Ready returns n.
-func (n FixedReplicas) Ready(labels.Selector) int32 { return int32(n) }
+// Ready returns no names and n.
+func (n FixedReplicas) Ready(labels.Selector) ([]string, int32) { return nil, int32(n) }
 
 // Shared reports false: offline, no pod is known.
 func (FixedReplicas) Shared(_, _ labels.Selector) bool { return false }
+
+// NamedPods answers Build for offline rendering for ready pods of these names, as the
+// controller would if every one of them were selected by every policy: each policy lists them
+// all (sorted), and any two policies share them, so a rule name two policies both define is a
+// conflict unless there is no pod.
+type NamedPods []string
+
+// Ready returns the names, sorted and without repeats, and their number.
+func (p NamedPods) Ready(labels.Selector) ([]string, int32) {
+	names := slices.Compact(slices.Sorted(slices.Values(p)))
+	if names == nil {
+		names = []string{}
+	}
+	return names, int32(len(names))
+}
+
+// Shared reports whether there is a pod.
+func (p NamedPods) Shared(_, _ labels.Selector) bool { return len(p) > 0 }

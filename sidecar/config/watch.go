@@ -41,6 +41,9 @@ type Loader struct {
 	LabelsPath string
 	// Labels are static labels (--pod-labels); they override the file's.
 	Labels map[string]string
+	// PodName is this pod's name (--pod-name), which ranks it among a policy's pods for its
+	// local shares; empty when not known.
+	PodName string
 	// Recheck is the period of the re-read that backs up file events.
 	Recheck time.Duration
 	// Clock ticks the re-read; nil means the real clock.
@@ -102,7 +105,7 @@ func (l *Loader) load() error {
 	} else if err != nil {
 		return fmt.Errorf("reading %s: %w", l.ConfigPath, err)
 	}
-	hash := inputHash(present, data, labelData, l.Labels)
+	hash := inputHash(present, data, labelData, l.Labels, l.PodName)
 	if l.ready.Load() && l.current.Load().hash == hash {
 		return nil // unchanged
 	}
@@ -154,11 +157,12 @@ func (l *Loader) compile(present bool, data, labelData []byte) (*Config, error) 
 	if err != nil {
 		return nil, err
 	}
-	return Compile(doc, labels, l.Metrics)
+	return CompileFor(doc, labels, l.PodName, l.Metrics)
 }
 
-func inputHash(present bool, data, labelData []byte, labels map[string]string) string {
+func inputHash(present bool, data, labelData []byte, labels map[string]string, podName string) string {
 	h := sha256.New()
+	fmt.Fprintf(h, "%d:%s", len(podName), podName)
 	if present {
 		fmt.Fprintf(h, "%d:", len(data))
 		h.Write(data)
