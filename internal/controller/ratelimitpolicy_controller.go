@@ -46,6 +46,9 @@ type RateLimitPolicyReconciler struct {
 	client.Client
 	Recorder events.EventRecorder
 	Clock    clock.PassiveClock
+	// MaxBytes bounds the ConfigMap's data and binaryData; zero is policy.MaxConfigMapBytes,
+	// the API server's limit.
+	MaxBytes int
 }
 
 // +kubebuilder:rbac:groups=sluice.dev,resources=ratelimitpolicies,verbs=get;list;watch
@@ -68,11 +71,15 @@ func (r *RateLimitPolicyReconciler) Reconcile(ctx context.Context, req ctrl.Requ
 	if err := r.List(ctx, &pods, client.InNamespace(ns)); err != nil {
 		return ctrl.Result{}, err
 	}
-	doc, verdicts := render.Build(ns, list.Items, podSet(pods.Items))
+	doc, payload, verdicts, err := render.BuildFit(ns, list.Items, podSet(pods.Items), r.MaxBytes)
+	if err != nil {
+		return ctrl.Result{}, err
+	}
 
-	changed, hash, renderErr := r.writeConfigMap(ctx, doc, list.Items)
+	changed, hash, renderErr := r.writeConfigMap(ctx, doc, payload, list.Items)
 	if renderErr == nil && changed {
-		log.Info("Rendered policies", "namespace", ns, "configMap", policy.ConfigMapName, "policies", len(doc.Policies), "hash", hash)
+		log.Info("Rendered policies", "namespace", ns, "configMap", policy.ConfigMapName, "policies", len(doc.Policies),
+			"bytes", payload.Size(), "compressed", payload.BinaryData != nil, "hash", hash)
 	}
 
 	var errs []error
@@ -93,7 +100,7 @@ func (r *RateLimitPolicyReconciler) Reconcile(ctx context.Context, req ctrl.Requ
 
 // writeConfigMap makes the namespace's ConfigMap hold doc, owned by every live policy, and
 // deletes it when no policy is left. It writes only when something differs.
-func (r *RateLimitPolicyReconciler) writeConfigMap(ctx context.Context, doc *policy.Document, policies []v1alpha1.RateLimitPolicy) (changed bool, hash string, err error) {
+func (r *RateLimitPolicyReconciler) writeConfigMap(ctx context.Context, doc *policy.Document, payload *policy.Payload, policies []v1alpha1.RateLimitPolicy) (changed bool, hash string, err error) {
 	cm := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: doc.Namespace, Name: policy.ConfigMapName}}
 	var owners []*v1alpha1.RateLimitPolicy
 	for i := range policies {
@@ -111,11 +118,7 @@ func (r *RateLimitPolicyReconciler) writeConfigMap(ctx context.Context, doc *pol
 	}
 	slices.SortFunc(owners, func(a, b *v1alpha1.RateLimitPolicy) int { return strings.Compare(a.Name, b.Name) })
 
-	data, err := policy.Marshal(doc)
-	if err != nil {
-		return false, "", err
-	}
-	hash = policy.Hash(data)
+	hash = payload.Hash
 	op, err := controllerutil.CreateOrUpdate(ctx, r.Client, cm, func() error {
 		if cm.Labels == nil {
 			cm.Labels = map[string]string{}
@@ -132,8 +135,8 @@ func (r *RateLimitPolicyReconciler) writeConfigMap(ctx context.Context, doc *pol
 				return err
 			}
 		}
-		cm.Data = map[string]string{policy.DataKey: string(data)}
-		cm.BinaryData = nil
+		cm.Data = payload.Data
+		cm.BinaryData = payload.BinaryData
 		return nil
 	})
 	if err != nil {
@@ -161,8 +164,11 @@ func (r *RateLimitPolicyReconciler) updateStatus(ctx context.Context, p *v1alpha
 	switch {
 	case v.Err != nil:
 		reason := v1alpha1.ReasonInvalid
-		if v.Conflict {
+		switch {
+		case v.Conflict:
 			reason = v1alpha1.ReasonRuleConflict
+		case v.TooLarge:
+			reason = v1alpha1.ReasonTooLarge
 		}
 		set(metav1.Condition{Type: v1alpha1.ConditionAccepted, Status: metav1.ConditionFalse, Reason: reason, Message: v.Err.Error()})
 		set(metav1.Condition{Type: v1alpha1.ConditionReady, Status: metav1.ConditionFalse, Reason: v1alpha1.ReasonNotAccepted,

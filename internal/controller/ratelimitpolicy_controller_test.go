@@ -23,7 +23,7 @@ import (
 func rendered(g Gomega, ctx context.Context, ns string) (*corev1.ConfigMap, *policy.Document) {
 	var cm corev1.ConfigMap
 	g.Expect(k8sClient.Get(ctx, types.NamespacedName{Namespace: ns, Name: policy.ConfigMapName}, &cm)).To(Succeed())
-	doc, err := policy.Parse([]byte(cm.Data[policy.DataKey]))
+	doc, err := policy.Decode([]byte(cm.Data[policy.DataKey]), cm.BinaryData[policy.CompressedKey])
 	g.Expect(err).NotTo(HaveOccurred())
 	return &cm, doc
 }

@@ -173,6 +173,9 @@ type Verdict struct {
 	Err error
 	// Conflict is true when Err is a rule-name conflict with another policy.
 	Conflict bool
+	// TooLarge is true when Err says the policy was left out because the namespace's
+	// rendered document does not fit in a ConfigMap (see Fit).
+	TooLarge bool
 	// MatchedPods is the number of ready pods the policy selects.
 	MatchedPods int32
 }
@@ -182,13 +185,7 @@ type Verdict struct {
 // selecting the same pods (identical selectors, or a pod matched by both), is left out with a
 // verdict saying why. The document lists accepted policies sorted by name.
 func Build(namespace string, policies []v1alpha1.RateLimitPolicy, pods Pods) (*policy.Document, map[string]Verdict) {
-	ordered := slices.Clone(policies)
-	slices.SortFunc(ordered, func(a, b v1alpha1.RateLimitPolicy) int {
-		if c := a.CreationTimestamp.Compare(b.CreationTimestamp.Time); c != 0 {
-			return c
-		}
-		return strings.Compare(a.Name, b.Name)
-	})
+	ordered := ByAge(policies)
 	doc := &policy.Document{Version: policy.Version, Namespace: namespace, Policies: []policy.Policy{}}
 	verdicts := make(map[string]Verdict, len(ordered))
 	type accepted struct {
@@ -227,6 +224,105 @@ func Build(namespace string, policies []v1alpha1.RateLimitPolicy, pods Pods) (*p
 	}
 	slices.SortFunc(doc.Policies, func(a, b policy.Policy) int { return strings.Compare(a.Name, b.Name) })
 	return doc, verdicts
+}
+
+// ByAge returns the policies oldest first, then by name: the order in which Build accepts them
+// (which resolves rule-name conflicts) and Fit keeps them.
+func ByAge(policies []v1alpha1.RateLimitPolicy) []v1alpha1.RateLimitPolicy {
+	ordered := slices.Clone(policies)
+	slices.SortFunc(ordered, func(a, b v1alpha1.RateLimitPolicy) int {
+		if c := a.CreationTimestamp.Compare(b.CreationTimestamp.Time); c != 0 {
+			return c
+		}
+		return strings.Compare(a.Name, b.Name)
+	})
+	return ordered
+}
+
+// BuildFit is Build followed by Fit: the document and payload the controller writes, with the
+// verdict of every policy Fit left out set to TooLarge. maxBytes is the payload's bound
+// (policy.MaxConfigMapBytes when 0).
+func BuildFit(namespace string, policies []v1alpha1.RateLimitPolicy, pods Pods, maxBytes int) (*policy.Document, *policy.Payload, map[string]Verdict, error) {
+	doc, verdicts := Build(namespace, policies, pods)
+	var byAge []string
+	for _, p := range ByAge(policies) {
+		if v, ok := verdicts[p.Name]; ok && v.Err == nil {
+			byAge = append(byAge, p.Name)
+		}
+	}
+	kept, payload, left, full, err := Fit(doc, byAge, maxBytes)
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	if maxBytes <= 0 {
+		maxBytes = policy.MaxConfigMapBytes
+	}
+	for _, name := range left {
+		v := verdicts[name]
+		v.TooLarge = true
+		v.Err = fmt.Errorf("the namespace's %d accepted policies render to %s (encoded), %s over the %s a ConfigMap holds; "+
+			"this policy is among the newest %d left out, the %d older ones are enforced; delete or shrink policies to bring it in",
+			len(byAge), size(full), size(full-maxBytes), size(maxBytes), len(left), len(byAge)-len(left))
+		verdicts[name] = v
+	}
+	return kept, payload, verdicts, nil
+}
+
+// Fit encodes doc (policy.Encode) and, when the payload exceeds maxBytes
+// (policy.MaxConfigMapBytes when 0), keeps the longest prefix of byAge (the accepted policies'
+// names, oldest first) whose payload fits: the document that is written, its payload, the
+// names left out (newest last) and the size of the full document's payload.
+func Fit(doc *policy.Document, byAge []string, maxBytes int) (*policy.Document, *policy.Payload, []string, int, error) {
+	if maxBytes <= 0 {
+		maxBytes = policy.MaxConfigMapBytes
+	}
+	full, err := policy.Encode(doc)
+	if err != nil {
+		return nil, nil, nil, 0, err
+	}
+	if full.Size() <= maxBytes {
+		return doc, full, nil, full.Size(), nil
+	}
+	prefix := func(k int) (*policy.Document, *policy.Payload, error) {
+		keep := map[string]bool{}
+		for _, n := range byAge[:k] {
+			keep[n] = true
+		}
+		d := &policy.Document{Version: doc.Version, Namespace: doc.Namespace, Policies: []policy.Policy{}}
+		for _, p := range doc.Policies {
+			if keep[p.Name] {
+				d.Policies = append(d.Policies, p)
+			}
+		}
+		pl, err := policy.Encode(d)
+		return d, pl, err
+	}
+	// The payload grows with the prefix; find the longest that fits (k = 0 always does).
+	lo, hi := 0, len(byAge)-1 // fits(lo); the full list does not
+	for lo < hi {
+		mid := (lo + hi + 1) / 2
+		_, pl, err := prefix(mid)
+		if err != nil {
+			return nil, nil, nil, 0, err
+		}
+		if pl.Size() <= maxBytes {
+			lo = mid
+		} else {
+			hi = mid - 1
+		}
+	}
+	d, pl, err := prefix(lo)
+	if err != nil {
+		return nil, nil, nil, 0, err
+	}
+	return d, pl, slices.Clone(byAge[lo:]), full.Size(), nil
+}
+
+func size(n int) string {
+	if n >= 1<<20 {
+		return fmt.Sprintf("%.2f MiB", float64(n)/(1<<20))
+	}
+	return fmt.Sprintf("%.1f KiB", float64(n)/(1<<10))
 }
 
 func sharedRuleName(a, b policy.Policy) (string, bool) {

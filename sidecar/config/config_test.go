@@ -329,3 +329,93 @@ func TestRunRechecksOnItsClock(t *testing.T) {
 		return nil
 	})
 }
+
+// bigDoc is a namespace of n policies of 64 rules each, every one selecting the pod.
+func bigDoc(t testing.TB, n int) *policy.Document {
+	t.Helper()
+	d := &policy.Document{Version: policy.Version, Namespace: "big", Policies: []policy.Policy{}}
+	for i := range n {
+		rules := make([]policy.Rule, 64)
+		for j := range rules {
+			rules[j] = st.Rule(fmt.Sprintf("p%02d-rule-%02d", i, j), int64(10+j), time.Duration(1+j)*time.Second, func(r *policy.Rule) {
+				r.Match = &policy.Match{PathPrefix: fmt.Sprintf("/api/v1/tenant-%02d/resource-%02d", i, j), Methods: []string{"GET", "POST"}}
+				r.Key = append(r.Key, policy.KeyPart{Source: policy.SourceHeader, Name: "X-Tenant"})
+			})
+		}
+		d.Policies = append(d.Policies, st.Policy(fmt.Sprintf("policy-%02d", i), rules))
+	}
+	return d
+}
+
+// TestLoaderReadsTheCompressedForm: a namespace too large for the plain form is written as
+// kubelet projects the ConfigMap (the envelope in policies.json, the gzip beside it in
+// policies.json.gz, swapped in together through ..data), loads, and swaps with the plain form
+// either way; an envelope whose compressed file does not match is refused and the
+// configuration in use stays.
+func TestLoaderReadsTheCompressedForm(t *testing.T) {
+	vol := st.NewAtomicDir(t)
+	l := NewLoader(vol.Path(policy.DataKey), "", nil, metrics.New(), slog.New(slog.NewJSONHandler(io.Discard, nil)))
+	write := func(p *policy.Payload) {
+		t.Helper()
+		files := map[string][]byte{}
+		for k, v := range p.Data {
+			files[k] = []byte(v)
+		}
+		maps.Copy(files, p.BinaryData)
+		vol.Write(t, files)
+	}
+	big, err := policy.Encode(bigDoc(t, 60))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if big.BinaryData == nil || big.Size() > policy.MaxConfigMapBytes {
+		t.Fatalf("60 x 64 rules: plain %d bytes, payload %d bytes, compressed %v", big.Plain, big.Size(), big.BinaryData != nil)
+	}
+	t.Logf("60 policies x 64 rules: %d bytes plain, %d bytes compressed", big.Plain, big.Size())
+	write(big)
+	if err := l.Load(); err != nil || len(l.Current().Policies) != 60 || len(l.Current().Policies[59].Rules) != 64 {
+		t.Fatalf("compressed: err %v, %d policies", err, len(l.Current().Policies))
+	}
+	small, err := policy.Encode(bigDoc(t, 2))
+	if err != nil || small.BinaryData != nil {
+		t.Fatalf("2 policies compressed: %v", err)
+	}
+	write(small)
+	if err := l.Load(); err != nil || len(l.Current().Policies) != 2 {
+		t.Fatalf("plain again: err %v, %d policies", err, len(l.Current().Policies))
+	}
+	write(big)
+	if err := l.Load(); err != nil || len(l.Current().Policies) != 60 {
+		t.Fatalf("compressed again: err %v, %d policies", err, len(l.Current().Policies))
+	}
+	gen := l.Current().Generation
+	torn := *big
+	torn.BinaryData = map[string][]byte{policy.CompressedKey: small.BinaryData[policy.CompressedKey]}
+	other, _ := policy.Encode(bigDoc(t, 30))
+	torn.BinaryData[policy.CompressedKey] = other.BinaryData[policy.CompressedKey]
+	write(&torn)
+	if err := l.Load(); err == nil || l.Current().Generation != gen {
+		t.Fatalf("torn pair: err %v, generation %d (was %d)", err, l.Current().Generation, gen)
+	}
+}
+
+func BenchmarkLoadCompressed(b *testing.B) {
+	vol := st.NewAtomicDir(b)
+	p, err := policy.Encode(bigDoc(b, 80))
+	if err != nil {
+		b.Fatal(err)
+	}
+	files := map[string][]byte{policy.DataKey: []byte(p.Data[policy.DataKey])}
+	maps.Copy(files, p.BinaryData)
+	vol.Write(b, files)
+	b.ReportAllocs()
+	b.ReportMetric(float64(p.Plain), "plain-bytes")
+	for i := 0; b.Loop(); i++ {
+		// A different pod name each time: the loader compiles anew rather than skipping.
+		l := NewLoader(vol.Path(policy.DataKey), "", nil, metrics.New(), slog.New(slog.NewJSONHandler(io.Discard, nil)))
+		l.PodName = strconv.Itoa(i)
+		if err := l.Load(); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
