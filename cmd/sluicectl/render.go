@@ -8,6 +8,8 @@ import (
 	"os"
 	"strings"
 
+	"sigs.k8s.io/yaml"
+
 	"github.com/sluice-dev/sluice/api/v1alpha1"
 	"github.com/sluice-dev/sluice/internal/policy"
 	"github.com/sluice-dev/sluice/internal/policyfile"
@@ -32,11 +34,13 @@ func runRender(args []string, stdout, stderr io.Writer) int {
 	replicas := fs.Int("replicas", 1, "unnamed ready pods assumed behind each policy (each holds floor(limit/N) locally)")
 	pods := fs.String("pods", "", "names of the ready pods behind each policy, comma-separated, as the controller renders them (exact shares by rank); overrides --replicas")
 	namespace := fs.String("namespace", "", "namespace of policies that do not name one (default \"default\")")
+	pretty := fs.Bool("pretty", false, "indent policies.json for people (the controller writes it compact; readers accept both)")
+	output := fs.String("o", "json", "json: policies.json as the controller writes it (when it is not compressed); configmap: the ConfigMap the controller would write, as YAML, encoding and all (without owner references)")
 	if err := fs.Parse(args); err != nil {
 		return 2
 	}
-	if len(files) == 0 || fs.NArg() > 0 || *replicas < 0 || *replicas > 1<<30 {
-		fmt.Fprintln(stderr, "usage: sluicectl render -f policy.yaml [-f another.yaml] [--replicas N | --pods NAME,NAME] [--namespace NS]")
+	if len(files) == 0 || fs.NArg() > 0 || *replicas < 0 || *replicas > 1<<30 || (*output != "json" && *output != "configmap") {
+		fmt.Fprintln(stderr, "usage: sluicectl render -f policy.yaml [-f another.yaml] [--replicas N | --pods NAME,NAME] [--namespace NS] [--pretty] [-o json|configmap]")
 		return 2
 	}
 	policies, err := readPolicies(files)
@@ -61,7 +65,11 @@ func runRender(args []string, stdout, stderr io.Writer) int {
 		}
 		behind = names
 	}
-	doc, verdicts := render.Build(ns, policies, behind)
+	doc, payload, verdicts, err := render.BuildFit(ns, policies, behind, 0)
+	if err != nil {
+		fmt.Fprintf(stderr, "sluicectl render: %v\n", err)
+		return 1
+	}
 	var rejected []error
 	for _, p := range policies {
 		if v := verdicts[p.Name]; v.Err != nil {
@@ -72,7 +80,15 @@ func runRender(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "sluicectl render: %v\n", errors.Join(rejected...))
 		return 1
 	}
-	data, err := policy.Marshal(doc)
+	var data []byte
+	switch {
+	case *output == "configmap":
+		data, err = yaml.Marshal(render.ConfigMap(ns, payload))
+	case *pretty:
+		data, err = policy.MarshalIndent(doc)
+	default:
+		data, err = policy.Marshal(doc)
+	}
 	if err != nil {
 		fmt.Fprintf(stderr, "sluicectl render: %v\n", err)
 		return 1

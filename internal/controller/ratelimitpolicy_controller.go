@@ -6,6 +6,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"reflect"
 	"slices"
 	"strings"
@@ -35,8 +36,8 @@ import (
 
 // ManagedByLabel marks the ConfigMaps the controller writes; the manager caches only those.
 const (
-	ManagedByLabel = "app.kubernetes.io/managed-by"
-	ManagedByValue = "sluice"
+	ManagedByLabel = render.ManagedByLabel
+	ManagedByValue = render.ManagedByValue
 )
 
 // RateLimitPolicyReconciler renders all policies of a namespace into one ConfigMap. Its
@@ -49,6 +50,8 @@ type RateLimitPolicyReconciler struct {
 	// MaxBytes bounds the ConfigMap's data and binaryData; zero is policy.MaxConfigMapBytes,
 	// the API server's limit.
 	MaxBytes int
+
+	fitter render.Fitter
 }
 
 // +kubebuilder:rbac:groups=sluice.dev,resources=ratelimitpolicies,verbs=get;list;watch
@@ -71,7 +74,10 @@ func (r *RateLimitPolicyReconciler) Reconcile(ctx context.Context, req ctrl.Requ
 	if err := r.List(ctx, &pods, client.InNamespace(ns)); err != nil {
 		return ctrl.Result{}, err
 	}
-	doc, payload, verdicts, err := render.BuildFit(ns, list.Items, podSet(pods.Items), r.MaxBytes)
+	if len(list.Items) == 0 {
+		r.fitter.Forget(ns) // bounded by the namespaces that have policies
+	}
+	doc, payload, verdicts, err := r.fitter.BuildFit(ns, list.Items, podSet(pods.Items), r.MaxBytes)
 	if err != nil {
 		return ctrl.Result{}, err
 	}
@@ -119,15 +125,16 @@ func (r *RateLimitPolicyReconciler) writeConfigMap(ctx context.Context, doc *pol
 	slices.SortFunc(owners, func(a, b *v1alpha1.RateLimitPolicy) int { return strings.Compare(a.Name, b.Name) })
 
 	hash = payload.Hash
+	want := render.ConfigMap(doc.Namespace, payload)
 	op, err := controllerutil.CreateOrUpdate(ctx, r.Client, cm, func() error {
 		if cm.Labels == nil {
 			cm.Labels = map[string]string{}
 		}
-		cm.Labels[ManagedByLabel] = ManagedByValue
+		maps.Copy(cm.Labels, want.Labels)
 		if cm.Annotations == nil {
 			cm.Annotations = map[string]string{}
 		}
-		cm.Annotations[policy.HashAnnotation] = hash
+		maps.Copy(cm.Annotations, want.Annotations)
 		// Exactly the live policies, sorted by name: a deleted policy's reference goes.
 		cm.OwnerReferences = nil
 		for _, p := range owners {
@@ -135,8 +142,7 @@ func (r *RateLimitPolicyReconciler) writeConfigMap(ctx context.Context, doc *pol
 				return err
 			}
 		}
-		cm.Data = payload.Data
-		cm.BinaryData = payload.BinaryData
+		cm.Data, cm.BinaryData = want.Data, want.BinaryData
 		return nil
 	})
 	if err != nil {

@@ -408,7 +408,7 @@ func Encode(d *Document) (*Payload, error) {
 		return p, nil
 	}
 	var buf bytes.Buffer
-	zw, _ := gzip.NewWriterLevel(&buf, gzip.BestCompression) // a valid level: no error
+	zw, _ := gzip.NewWriterLevel(&buf, gzip.DefaultCompression) // a valid level: no error
 	if _, err := zw.Write(plain); err != nil {
 		return nil, err
 	}

@@ -10,8 +10,10 @@ import (
 	"net/textproto"
 	"slices"
 	"strings"
+	"sync"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 
@@ -243,6 +245,32 @@ func ByAge(policies []v1alpha1.RateLimitPolicy) []v1alpha1.RateLimitPolicy {
 // verdict of every policy Fit left out set to TooLarge. maxBytes is the payload's bound
 // (policy.MaxConfigMapBytes when 0).
 func BuildFit(namespace string, policies []v1alpha1.RateLimitPolicy, pods Pods, maxBytes int) (*policy.Document, *policy.Payload, map[string]Verdict, error) {
+	return (&Fitter{}).BuildFit(namespace, policies, pods, maxBytes)
+}
+
+// Fitter is BuildFit with a memory: it remembers each namespace's last result, so that a
+// reconcile whose document has not changed (a status update, an unrelated pod) neither
+// compresses nor searches again. The zero value is ready; safe for concurrent use.
+type Fitter struct {
+	mu   sync.Mutex
+	last map[string]fitted
+}
+
+type fitted struct {
+	key      string
+	doc      *policy.Document
+	payload  *policy.Payload
+	left     []string
+	full     int
+	accepted int
+}
+
+// BuildFit is the package's BuildFit, reusing the namespace's last Fit when the document,
+// the order and the bound are the same.
+func (f *Fitter) BuildFit(namespace string, policies []v1alpha1.RateLimitPolicy, pods Pods, maxBytes int) (*policy.Document, *policy.Payload, map[string]Verdict, error) {
+	if maxBytes <= 0 {
+		maxBytes = policy.MaxConfigMapBytes
+	}
 	doc, verdicts := Build(namespace, policies, pods)
 	var byAge []string
 	for _, p := range ByAge(policies) {
@@ -250,22 +278,43 @@ func BuildFit(namespace string, policies []v1alpha1.RateLimitPolicy, pods Pods, 
 			byAge = append(byAge, p.Name)
 		}
 	}
-	kept, payload, left, full, err := Fit(doc, byAge, maxBytes)
+	plain, err := policy.Marshal(doc)
 	if err != nil {
 		return nil, nil, nil, err
 	}
-	if maxBytes <= 0 {
-		maxBytes = policy.MaxConfigMapBytes
+	key := fmt.Sprintf("%s\x00%d\x00%s", policy.Hash(plain), maxBytes, strings.Join(byAge, ","))
+	f.mu.Lock()
+	r, ok := f.last[namespace]
+	f.mu.Unlock()
+	if !ok || r.key != key {
+		kept, payload, left, full, err := Fit(doc, byAge, maxBytes)
+		if err != nil {
+			return nil, nil, nil, err
+		}
+		r = fitted{key: key, doc: kept, payload: payload, left: left, full: full, accepted: len(byAge)}
+		f.mu.Lock()
+		if f.last == nil {
+			f.last = map[string]fitted{}
+		}
+		f.last[namespace] = r
+		f.mu.Unlock()
 	}
-	for _, name := range left {
+	for _, name := range r.left {
 		v := verdicts[name]
 		v.TooLarge = true
 		v.Err = fmt.Errorf("the namespace's %d accepted policies render to %s (encoded), %s over the %s a ConfigMap holds; "+
 			"this policy is among the newest %d left out, the %d older ones are enforced; delete or shrink policies to bring it in",
-			len(byAge), size(full), size(full-maxBytes), size(maxBytes), len(left), len(byAge)-len(left))
+			r.accepted, size(r.full), size(r.full-maxBytes), size(maxBytes), len(r.left), r.accepted-len(r.left))
 		verdicts[name] = v
 	}
-	return kept, payload, verdicts, nil
+	return r.doc, r.payload, verdicts, nil
+}
+
+// Forget drops a namespace's remembered result.
+func (f *Fitter) Forget(namespace string) {
+	f.mu.Lock()
+	delete(f.last, namespace)
+	f.mu.Unlock()
 }
 
 // Fit encodes doc (policy.Encode) and, when the payload exceeds maxBytes
@@ -382,3 +431,24 @@ func (p NamedPods) Ready(labels.Selector) ([]string, int32) {
 
 // Shared reports whether there is a pod.
 func (p NamedPods) Shared(_, _ labels.Selector) bool { return len(p) > 0 }
+
+// The label on every ConfigMap the controller writes; the manager caches only those.
+const (
+	ManagedByLabel = "app.kubernetes.io/managed-by"
+	ManagedByValue = "sluice"
+)
+
+// ConfigMap is the ConfigMap the controller writes for a namespace's payload, without the
+// owner references (one per live policy, which need the policies' UIDs).
+func ConfigMap(namespace string, p *policy.Payload) *corev1.ConfigMap {
+	return &corev1.ConfigMap{
+		TypeMeta: metav1.TypeMeta{APIVersion: "v1", Kind: "ConfigMap"},
+		ObjectMeta: metav1.ObjectMeta{
+			Namespace: namespace, Name: policy.ConfigMapName,
+			Labels:      map[string]string{ManagedByLabel: ManagedByValue},
+			Annotations: map[string]string{policy.HashAnnotation: p.Hash},
+		},
+		Data:       p.Data,
+		BinaryData: p.BinaryData,
+	}
+}
