@@ -108,9 +108,10 @@ func (l *Loader) load() error {
 	// A compressed document is an envelope naming the file beside it (kubelet projects every
 	// key of the ConfigMap, binaryData included, into the same directory and swaps them together).
 	var compressed []byte
-	if key, ok := policy.CompressedFile(data); present && ok {
-		if compressed, err = os.ReadFile(filepath.Join(filepath.Dir(l.ConfigPath), key)); err != nil {
-			return fmt.Errorf("reading the compressed policies %s: %w", key, err)
+	if _, ok := policy.CompressedFile(data); present && ok {
+		// The one name an envelope may give (CompressedFile checks it), never a path from the file.
+		if compressed, err = os.ReadFile(filepath.Join(filepath.Dir(l.ConfigPath), policy.CompressedKey)); err != nil {
+			return fmt.Errorf("reading the compressed policies %s: %w", policy.CompressedKey, err)
 		}
 	}
 	hash := inputHash(present, data, compressed, labelData, l.Labels, l.PodName)
