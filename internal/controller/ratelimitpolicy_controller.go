@@ -6,7 +6,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"maps"
 	"reflect"
 	"slices"
 	"strings"
@@ -36,8 +35,8 @@ import (
 
 // ManagedByLabel marks the ConfigMaps the controller writes; the manager caches only those.
 const (
-	ManagedByLabel = render.ManagedByLabel
-	ManagedByValue = render.ManagedByValue
+	ManagedByLabel = "app.kubernetes.io/managed-by"
+	ManagedByValue = "sluice"
 )
 
 // RateLimitPolicyReconciler renders all policies of a namespace into one ConfigMap. Its
@@ -47,11 +46,6 @@ type RateLimitPolicyReconciler struct {
 	client.Client
 	Recorder events.EventRecorder
 	Clock    clock.PassiveClock
-	// MaxBytes bounds the ConfigMap's data and binaryData; zero is policy.MaxConfigMapBytes,
-	// the API server's limit.
-	MaxBytes int
-
-	fitter render.Fitter
 }
 
 // +kubebuilder:rbac:groups=sluice.dev,resources=ratelimitpolicies,verbs=get;list;watch
@@ -74,18 +68,11 @@ func (r *RateLimitPolicyReconciler) Reconcile(ctx context.Context, req ctrl.Requ
 	if err := r.List(ctx, &pods, client.InNamespace(ns)); err != nil {
 		return ctrl.Result{}, err
 	}
-	if len(list.Items) == 0 {
-		r.fitter.Forget(ns) // bounded by the namespaces that have policies
-	}
-	doc, payload, verdicts, err := r.fitter.BuildFit(ns, list.Items, podSet(pods.Items), r.MaxBytes)
-	if err != nil {
-		return ctrl.Result{}, err
-	}
+	doc, verdicts := render.Build(ns, list.Items, podSet(pods.Items))
 
-	changed, hash, renderErr := r.writeConfigMap(ctx, doc, payload, list.Items)
+	changed, hash, renderErr := r.writeConfigMap(ctx, doc, list.Items)
 	if renderErr == nil && changed {
-		log.Info("Rendered policies", "namespace", ns, "configMap", policy.ConfigMapName, "policies", len(doc.Policies),
-			"bytes", payload.Size(), "compressed", payload.BinaryData != nil, "hash", hash)
+		log.Info("Rendered policies", "namespace", ns, "configMap", policy.ConfigMapName, "policies", len(doc.Policies), "hash", hash)
 	}
 
 	var errs []error
@@ -106,7 +93,7 @@ func (r *RateLimitPolicyReconciler) Reconcile(ctx context.Context, req ctrl.Requ
 
 // writeConfigMap makes the namespace's ConfigMap hold doc, owned by every live policy, and
 // deletes it when no policy is left. It writes only when something differs.
-func (r *RateLimitPolicyReconciler) writeConfigMap(ctx context.Context, doc *policy.Document, payload *policy.Payload, policies []v1alpha1.RateLimitPolicy) (changed bool, hash string, err error) {
+func (r *RateLimitPolicyReconciler) writeConfigMap(ctx context.Context, doc *policy.Document, policies []v1alpha1.RateLimitPolicy) (changed bool, hash string, err error) {
 	cm := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: doc.Namespace, Name: policy.ConfigMapName}}
 	var owners []*v1alpha1.RateLimitPolicy
 	for i := range policies {
@@ -124,17 +111,20 @@ func (r *RateLimitPolicyReconciler) writeConfigMap(ctx context.Context, doc *pol
 	}
 	slices.SortFunc(owners, func(a, b *v1alpha1.RateLimitPolicy) int { return strings.Compare(a.Name, b.Name) })
 
-	hash = payload.Hash
-	want := render.ConfigMap(doc.Namespace, payload)
+	data, err := policy.Marshal(doc)
+	if err != nil {
+		return false, "", err
+	}
+	hash = policy.Hash(data)
 	op, err := controllerutil.CreateOrUpdate(ctx, r.Client, cm, func() error {
 		if cm.Labels == nil {
 			cm.Labels = map[string]string{}
 		}
-		maps.Copy(cm.Labels, want.Labels)
+		cm.Labels[ManagedByLabel] = ManagedByValue
 		if cm.Annotations == nil {
 			cm.Annotations = map[string]string{}
 		}
-		maps.Copy(cm.Annotations, want.Annotations)
+		cm.Annotations[policy.HashAnnotation] = hash
 		// Exactly the live policies, sorted by name: a deleted policy's reference goes.
 		cm.OwnerReferences = nil
 		for _, p := range owners {
@@ -142,7 +132,8 @@ func (r *RateLimitPolicyReconciler) writeConfigMap(ctx context.Context, doc *pol
 				return err
 			}
 		}
-		cm.Data, cm.BinaryData = want.Data, want.BinaryData
+		cm.Data = map[string]string{policy.DataKey: string(data)}
+		cm.BinaryData = nil
 		return nil
 	})
 	if err != nil {
@@ -170,11 +161,8 @@ func (r *RateLimitPolicyReconciler) updateStatus(ctx context.Context, p *v1alpha
 	switch {
 	case v.Err != nil:
 		reason := v1alpha1.ReasonInvalid
-		switch {
-		case v.Conflict:
+		if v.Conflict {
 			reason = v1alpha1.ReasonRuleConflict
-		case v.TooLarge:
-			reason = v1alpha1.ReasonTooLarge
 		}
 		set(metav1.Condition{Type: v1alpha1.ConditionAccepted, Status: metav1.ConditionFalse, Reason: reason, Message: v.Err.Error()})
 		set(metav1.Condition{Type: v1alpha1.ConditionReady, Status: metav1.ConditionFalse, Reason: v1alpha1.ReasonNotAccepted,
@@ -279,17 +267,14 @@ func equalStatus(a, b v1alpha1.RateLimitPolicyStatus) bool {
 // podSet answers render.Build's questions from a namespace's pods.
 type podSet []corev1.Pod
 
-// Ready returns the names of the ready pods sel matches, sorted: each pod's rank, from which
-// it computes its local shares. Never nil, so that the document says the pods are named.
-func (s podSet) Ready(sel labels.Selector) ([]string, int32) {
-	names := []string{}
+func (s podSet) Ready(sel labels.Selector) int32 {
+	var n int32
 	for i := range s {
 		if isReady(&s[i]) && sel.Matches(labels.Set(s[i].Labels)) {
-			names = append(names, s[i].Name)
+			n++
 		}
 	}
-	slices.Sort(names)
-	return names, int32(len(names))
+	return n
 }
 
 func (s podSet) Shared(a, b labels.Selector) bool {

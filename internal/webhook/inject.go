@@ -301,9 +301,7 @@ func (c *Config) container(o options) corev1.Container {
 		inject.Arg(inject.FlagPodLabelsFile, path.Join(inject.PodInfoDir, inject.PodLabelsFile)),
 		inject.Arg(inject.FlagMetricsListen, fmt.Sprintf(":%d", o.metrics)),
 	}
-	env := []corev1.EnvVar{{Name: inject.EnvName(inject.FlagPodName), ValueFrom: &corev1.EnvVarSource{
-		FieldRef: &corev1.ObjectFieldSelector{APIVersion: "v1", FieldPath: inject.PodNameFieldPath},
-	}}}
+	var env []corev1.EnvVar
 	if c.RedisURL != "" {
 		u, _ := c.redisURL() // Validate checked it
 		args = append(args, inject.Arg(inject.FlagRedisURL, u))
