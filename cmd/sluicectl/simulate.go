@@ -252,7 +252,7 @@ func runRules(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	if !ok {
 		return usageErr("store %s cannot decide requests", *storeName)
 	}
-	if err := simulate.SimulateRules(stdin, stdout, rs, rules); err != nil {
+	if err := simulate.ReplayRules(stdin, stdout, rs, rules); err != nil {
 		fmt.Fprintf(stderr, "sluicectl simulate rules: %v\n", err)
 		return 1
 	}

@@ -42,14 +42,14 @@ func ParseRule(s string) (Rule, error) {
 	return r, nil
 }
 
-// SimulateRules replays a multi-rule trace through store as the sidecar decides a request:
+// ReplayRules replays a multi-rule trace through store as the sidecar decides a request:
 // all of its rules in one TakeRequest, admitted only when every enforced rule admits, and only
 // then charged. Each line of in is "<ms> RULE=KEY [RULE=KEY...]" (ms non-decreasing, blank
 // lines ignored): the request matches the rules named, each with that key (a rule named twice
 // takes twice). For each request it writes "<ms> allow charged=A,B", or "<ms> deny by=A
 // charged=-" with the enforced rules that denied, then "allowed=N denied=M". It stops at the
 // first bad line or store error, having written the decisions before it.
-func SimulateRules(in io.Reader, out io.Writer, store limiter.RequestStore, rules []Rule) error {
+func ReplayRules(in io.Reader, out io.Writer, store limiter.RequestStore, rules []Rule) error {
 	byName := make(map[string]Rule, len(rules))
 	for _, r := range rules {
 		if _, dup := byName[r.Name]; dup {

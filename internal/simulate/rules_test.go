@@ -37,7 +37,7 @@ func TestSimulateRulesIssue21(t *testing.T) {
 allowed=4 denied=3
 `
 	var out strings.Builder
-	if err := simulate.SimulateRules(strings.NewReader(trace), &out, limiter.NewMemoryStore(limiter.MemoryStoreOptions{}), rules); err != nil {
+	if err := simulate.ReplayRules(strings.NewReader(trace), &out, limiter.NewMemoryStore(limiter.MemoryStoreOptions{}), rules); err != nil {
 		t.Fatal(err)
 	}
 	if out.String() != want {
@@ -54,7 +54,7 @@ func TestSimulateRulesBadInput(t *testing.T) {
 	r, _ := simulate.ParseRule("a=FixedWindow,5,1h")
 	for _, trace := range []string{"x a=1", "5 b=1", "5 a", "5 a=1\n4 a=1"} {
 		var out strings.Builder
-		if err := simulate.SimulateRules(strings.NewReader(trace), &out, limiter.NewMemoryStore(limiter.MemoryStoreOptions{}), []simulate.Rule{r}); err == nil {
+		if err := simulate.ReplayRules(strings.NewReader(trace), &out, limiter.NewMemoryStore(limiter.MemoryStoreOptions{}), []simulate.Rule{r}); err == nil {
 			t.Errorf("trace %q: no error", trace)
 		}
 	}
