@@ -13,6 +13,7 @@ const usage = `usage: sluicectl <command> [flags]
 commands:
   render     print the policies.json the controller would write for policy files
   simulate   replay arrivals (ms since the epoch, one per line) through a limiter
+             (simulate rules: requests against several rules, decided as one unit)
   status     what the sidecars of a namespace decide now, per policy and rule (via the API server)
 `
 

@@ -17,6 +17,8 @@ const simulateUsage = `usage: sluicectl simulate --algorithm ALG --limit N --win
        sluicectl simulate compare --algorithms ALG,ALG,... --limit N --window D [--burst N]
          [--max-delay D] [--cost N] [--store memory|redis [--redis-url URL]] [--plot FILE.png [--plot-bucket D]]
          [--title TEXT] < arrivals
+       sluicectl simulate rules --rule NAME=ALG,LIMIT,WINDOW[,shadow] [--rule ...]
+         [--store memory|redis [--redis-url URL]] < requests
 
 Replays arrivals, one per line in ms since the Unix epoch (non-decreasing; blank lines are
 ignored), through one key of a limiter, and prints "<ms> allow", "<ms> allow delay=<ms>"
@@ -26,6 +28,11 @@ requests offered and admitted per --plot-bucket (default window/10) into a PNG.
 compare replays the same arrivals through each algorithm (LeakyBucket/Queue names the leaky
 bucket in Queue mode) and prints, for each, the requests allowed and denied and the most admitted
 in any interval of one window; --plot draws one panel per algorithm.
+
+rules decides requests against several rules as the sidecar does, all of a request's rules as
+one unit: each line is "<ms> RULE=KEY [RULE=KEY...]", the rules the request matches with its key
+under each; it prints "<ms> allow charged=RULES" or "<ms> deny by=RULES charged=-" (a denied
+request charges no rule), then "allowed=N denied=M".
 `
 
 // runSimulate implements `sluicectl simulate` and returns the exit code: 0 on success, 1 when the
@@ -33,6 +40,9 @@ in any interval of one window; --plot draws one panel per algorithm.
 func runSimulate(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	if len(args) > 0 && args[0] == "compare" {
 		return runCompare(args[1:], stdin, stdout, stderr)
+	}
+	if len(args) > 0 && args[0] == "rules" {
+		return runRules(args[1:], stdin, stdout, stderr)
 	}
 	fs := flag.NewFlagSet("simulate", flag.ContinueOnError)
 	fs.SetOutput(stderr)
@@ -185,6 +195,66 @@ func runCompare(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 			fmt.Fprintf(stderr, "sluicectl simulate compare: %v\n", err)
 			return 1
 		}
+	}
+	return 0
+}
+
+// ruleFlags collects repeated --rule flags.
+type ruleFlags []simulate.Rule
+
+func (r *ruleFlags) String() string { return fmt.Sprint(len(*r), " rules") }
+
+func (r *ruleFlags) Set(s string) error {
+	rule, err := simulate.ParseRule(s)
+	if err != nil {
+		return err
+	}
+	*r = append(*r, rule)
+	return nil
+}
+
+// runRules implements `sluicectl simulate rules`: a trace of requests, each matching some of
+// several rules, decided as the sidecar decides them. Exit codes as simulate.
+func runRules(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
+	fs := flag.NewFlagSet("simulate rules", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	fs.Usage = func() {
+		fmt.Fprint(stderr, simulateUsage, "\nflags of rules:\n")
+		fs.PrintDefaults()
+	}
+	var rules ruleFlags
+	fs.Var(&rules, "rule", "a rule, NAME=ALGORITHM,LIMIT,WINDOW[,shadow] (e.g. per-ip=FixedWindow,5,1h); repeat for each rule")
+	storeName := fs.String("store", "memory", "store to run the limiter on: memory or redis")
+	redisURL := fs.String("redis-url", "", "Redis for --store redis")
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return 0
+		}
+		return 2
+	}
+	usageErr := func(format string, args ...any) int {
+		fmt.Fprintf(stderr, "sluicectl simulate rules: "+format+"\n", args...)
+		return 2
+	}
+	if fs.NArg() > 0 {
+		fs.Usage()
+		return usageErr("unexpected argument %q", fs.Arg(0))
+	}
+	if len(rules) == 0 {
+		return usageErr("at least one --rule is needed")
+	}
+	store, closeStore, err := simulate.OpenStore(*storeName, *redisURL)
+	if err != nil {
+		return usageErr("%v", err)
+	}
+	defer closeStore()
+	rs, ok := store.(limiter.RequestStore)
+	if !ok {
+		return usageErr("store %s cannot decide requests", *storeName)
+	}
+	if err := simulate.ReplayRules(stdin, stdout, rs, rules); err != nil {
+		fmt.Fprintf(stderr, "sluicectl simulate rules: %v\n", err)
+		return 1
 	}
 	return 0
 }

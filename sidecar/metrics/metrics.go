@@ -18,6 +18,9 @@ const (
 	Allowed      = "allowed"
 	Denied       = "denied"
 	ShadowDenied = "shadow_denied"
+	// NotCharged counts a rule that did not deny a request another rule denied: the request
+	// charged it nothing.
+	NotCharged = "not_charged"
 )
 
 // Metrics are the sidecar's collectors, registered on one registry. Safe for concurrent use.
@@ -46,7 +49,7 @@ func New() *Metrics {
 		Registry: prometheus.NewRegistry(),
 		requests: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "sluice_requests_total",
-			Help: "Rule decisions by policy, rule and decision (allowed, denied, shadow_denied). A request counts once per matching rule.",
+			Help: "Rule decisions by policy, rule and decision (allowed, denied, shadow_denied, not_charged: the rule did not deny a request another rule denied, so it was not charged). A request counts once per matching rule.",
 		}, []string{"policy", "rule", "decision"}),
 		fallback: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "sluice_fallback_decisions_total",
@@ -109,7 +112,7 @@ func New() *Metrics {
 // Rule holds one rule's counters, resolved once when the configuration is compiled so that a
 // request does no label lookup.
 type Rule struct {
-	Allowed, Denied, ShadowDenied prometheus.Counter
+	Allowed, Denied, ShadowDenied, NotCharged prometheus.Counter
 }
 
 // ForRule returns the counters of a rule.
@@ -118,6 +121,7 @@ func (m *Metrics) ForRule(policyName, rule string) *Rule {
 		Allowed:      m.requests.WithLabelValues(policyName, rule, Allowed),
 		Denied:       m.requests.WithLabelValues(policyName, rule, Denied),
 		ShadowDenied: m.requests.WithLabelValues(policyName, rule, ShadowDenied),
+		NotCharged:   m.requests.WithLabelValues(policyName, rule, NotCharged),
 	}
 }
 

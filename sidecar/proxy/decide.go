@@ -3,6 +3,7 @@ package proxy
 import (
 	"context"
 	"errors"
+	"sync"
 	"time"
 
 	"github.com/sluice-dev/sluice/internal/limiter"
@@ -77,43 +78,93 @@ type decision struct {
 	delay time.Duration
 }
 
-// decide decides req against every matching rule of every policy of cfg. ctx bounds the Redis
-// calls (its cancellation is the client going away). It records the rule and decision metrics.
+// Store is what the request path needs of a store: single takes and whole requests.
+type Store interface {
+	limiter.Store
+	limiter.RequestStore
+}
+
+// maxInline is how many matching rules a request decides without allocating its scratch.
+const maxInline = 8
+
+// request is one request's scratch: the matching rules and their takes, in the same order.
+type request struct {
+	rules [maxInline]*config.Rule
+	pols  [maxInline]*config.Policy
+	takes [maxInline]limiter.Take
+	res   [maxInline]limiter.Result
+}
+
+var requestPool = sync.Pool{New: func() any { return new(request) }}
+
+// decide decides req against every matching rule of every policy of cfg, as one unit: the
+// request is admitted only when every enforced rule admits it, and only then is any rule
+// charged (limiter.RequestStore). ctx bounds the Redis calls (its cancellation is the client
+// going away). It records the rule and decision metrics.
 func (h *Handler) decide(ctx context.Context, cfg *config.Config, req *keys.Request) decision {
 	now := h.opts.Clock.Now()
+	sc := requestPool.Get().(*request)
+	defer requestPool.Put(sc)
+	rules, pols, takes := sc.rules[:0], sc.pols[:0], sc.takes[:0]
 	var kb [256]byte
-	var v verdict
+	buf := kb[:0]
 	for _, p := range cfg.Policies {
 		for _, rule := range p.Rules {
 			if !rule.Match.MatchesRequest(req) {
 				continue
 			}
-			key := rule.Key.Append(kb[:0], req)
-			res, out := h.take(ctx, p, rule, key, rule.CostFrom(req.Header), now)
-			switch out {
-			case skipped:
-				continue
-			case unavailable:
-				h.opts.Metrics.DecisionSeconds.Observe(h.opts.Clock.Since(now).Seconds())
-				return decision{action: refuse, now: now}
-			case canceled:
-				return decision{action: abandon, now: now}
-			}
+			// Each key is appended after the previous ones and copied into its own string,
+			// so no key is overwritten by the next.
+			start := len(buf)
+			buf = rule.Key.Append(buf, req)
+			rules = append(rules, rule)
+			pols = append(pols, p)
+			takes = append(takes, limiter.Take{Key: string(buf[start:]), Limit: rule.Limit,
+				N: rule.CostFrom(req.Header), Shadow: rule.Shadow})
+		}
+	}
+	res := sc.res[:]
+	if len(takes) > len(res) {
+		res = make([]limiter.Result, len(takes))
+	}
+	res = res[:len(takes)]
+	var out outcome
+	rules, takes, out = h.takeRequest(ctx, pols, rules, takes, now, res)
+	switch out {
+	case unavailable:
+		h.opts.Metrics.DecisionSeconds.Observe(h.opts.Clock.Since(now).Seconds())
+		sc.reset() // drop the key strings and rules
+		return decision{action: refuse, now: now}
+	case canceled:
+		sc.reset()
+		return decision{action: abandon, now: now}
+	}
+	var v verdict
+	if out == decided {
+		admitted := limiter.Admitted(takes, res)
+		for i, rule := range rules {
+			r := res[i]
 			switch {
-			case res.Allowed:
+			case !admitted && (r.Allowed || rule.Shadow):
+				// Another rule denied the request: this one was not charged, and a shadow
+				// rule's would-be denial is counted only for an admitted request.
+				rule.Metrics.NotCharged.Inc()
+			case r.Allowed:
 				rule.Metrics.Allowed.Inc()
 			case rule.Shadow:
 				rule.Metrics.ShadowDenied.Inc()
 			default:
 				rule.Metrics.Denied.Inc()
 			}
-			v.add(rule, res)
+			v.add(rule, r)
 		}
 	}
+	sc.reset()
 	h.opts.Metrics.DecisionSeconds.Observe(h.opts.Clock.Since(now).Seconds())
 	d := decision{action: pass, show: v.show, res: v.showRes, now: now, delay: v.delay}
 	if v.denied {
 		d.action = deny
+		d.delay = 0
 	}
 	return d
 }
@@ -133,21 +184,28 @@ func (h *Handler) queue(delay time.Duration, gone <-chan struct{}) bool {
 	}
 }
 
-// take decides one rule: through Redis when the breaker allows, else by the policy's failure
-// mode. A Redis error never reaches the client except as Closed's 503.
-func (h *Handler) take(ctx context.Context, p *config.Policy, rule *config.Rule, key []byte, cost int64, now time.Time) (limiter.Result, outcome) {
+// takeRequest decides takes (rules[i]'s take, of policy pols[i]) into res: through Redis when
+// the breaker allows, else by each policy's failure mode: Open rules are dropped (admitted
+// without a decision), a Closed rule makes the request unavailable, Local rules are decided
+// together with the local store and this pod's shares. It returns the rules and takes that
+// were decided (res holds their results, in order) and skipped when none was. A Redis error
+// never reaches the client except as Closed's 503.
+func (h *Handler) takeRequest(ctx context.Context, pols []*config.Policy, rules []*config.Rule, takes []limiter.Take, now time.Time, res []limiter.Result) ([]*config.Rule, []limiter.Take, outcome) {
+	if len(takes) == 0 {
+		return nil, nil, skipped
+	}
 	if h.opts.Remote == nil {
-		return h.takeLocal(ctx, rule, key, cost, now)
+		return h.takeLocal(ctx, rules, takes, now, res)
 	}
 	if h.opts.Breaker.Allow() {
-		res, err := h.opts.Remote.Take(ctx, string(key), rule.Limit, cost, now)
+		err := h.remote(ctx, takes, now, res)
 		if err == nil {
 			h.opts.Breaker.Success()
-			return res, decided
+			return rules, takes, decided
 		}
 		if ctx.Err() != nil && !errors.Is(err, redisstore.ErrUnavailable) {
 			h.opts.Breaker.Release()
-			return limiter.Result{}, canceled
+			return nil, nil, canceled
 		}
 		if errors.Is(err, redisstore.ErrTimeout) {
 			h.opts.Metrics.RedisErrors.WithLabelValues("timeout").Inc()
@@ -156,28 +214,67 @@ func (h *Handler) take(ctx context.Context, p *config.Policy, rule *config.Rule,
 		}
 		h.opts.Breaker.Failure()
 		if ctx.Err() != nil {
-			return limiter.Result{}, canceled
+			return nil, nil, canceled
 		}
 	}
-	switch p.FailureMode {
-	case policy.FailureOpen:
-		p.Fallback.Open.Inc()
-		return limiter.Result{}, skipped
-	case policy.FailureClosed:
-		p.Fallback.Closed.Inc()
-		return limiter.Result{}, unavailable
+	// Without Redis: keep the Local policies' rules, in order, in place.
+	kept := 0
+	for i, rule := range rules {
+		p := pols[i]
+		switch p.FailureMode {
+		case policy.FailureOpen:
+			p.Fallback.Open.Inc()
+			continue
+		case policy.FailureClosed:
+			p.Fallback.Closed.Inc()
+			return nil, nil, unavailable
+		}
+		p.Fallback.Local.Inc()
+		rules[kept], takes[kept] = rule, takes[i]
+		kept++
 	}
-	p.Fallback.Local.Inc()
-	return h.takeLocal(ctx, rule, key, cost, now)
+	if kept == 0 {
+		return nil, nil, skipped
+	}
+	return h.takeLocal(ctx, rules[:kept], takes[:kept], now, res[:kept])
 }
 
-// takeLocal decides rule with the local store and this pod's share of the limit.
-func (h *Handler) takeLocal(ctx context.Context, rule *config.Rule, key []byte, cost int64, now time.Time) (limiter.Result, outcome) {
-	res, err := h.opts.Local.Take(ctx, string(key), rule.Local, rule.LocalCost(cost), now)
+// remote decides takes with Redis: a single take with Take (the store's cheapest path, the
+// same decision), several with one TakeRequest.
+func (h *Handler) remote(ctx context.Context, takes []limiter.Take, now time.Time, res []limiter.Result) error {
+	if len(takes) == 1 {
+		r, err := h.opts.Remote.Take(ctx, takes[0].Key, takes[0].Limit, takes[0].N, now)
+		res[0] = r
+		return err
+	}
+	_, err := h.opts.Remote.TakeRequest(ctx, takes, now, res)
+	return err
+}
+
+// takeLocal decides takes with the local store and this pod's share of each rule's limit. It
+// rewrites takes' limits and costs to the shares.
+func (h *Handler) takeLocal(ctx context.Context, rules []*config.Rule, takes []limiter.Take, now time.Time, res []limiter.Result) ([]*config.Rule, []limiter.Take, outcome) {
+	for i, rule := range rules {
+		takes[i].Limit = rule.Local
+		takes[i].N = rule.LocalCost(takes[i].N)
+	}
+	var err error
+	if len(takes) == 1 {
+		res[0], err = h.opts.Local.Take(ctx, takes[0].Key, takes[0].Limit, takes[0].N, now)
+	} else {
+		_, err = h.opts.Local.TakeRequest(ctx, takes, now, res)
+	}
 	if err != nil {
 		// Only an invalid limit or time can fail a memory Take; the configuration was
 		// validated, so this is a clock before 1970. Admit rather than fail the request.
-		return limiter.Result{}, skipped
+		return nil, nil, skipped
 	}
-	return res, decided
+	return rules, takes, decided
+}
+
+// reset drops what sc refers to, so that a pooled scratch keeps no key or configuration alive.
+func (sc *request) reset() {
+	clear(sc.rules[:])
+	clear(sc.pols[:])
+	clear(sc.takes[:])
 }

@@ -246,6 +246,8 @@ func (e *env) counter(policy, rule, decision string) float64 {
 		return testutil.ToFloat64(r.Allowed)
 	case metrics.Denied:
 		return testutil.ToFloat64(r.Denied)
+	case metrics.NotCharged:
+		return testutil.ToFloat64(r.NotCharged)
 	default:
 		return testutil.ToFloat64(r.ShadowDenied)
 	}

@@ -24,7 +24,6 @@ import (
 	"github.com/valyala/fasthttp"
 	"k8s.io/utils/clock"
 
-	"github.com/sluice-dev/sluice/internal/limiter"
 	"github.com/sluice-dev/sluice/sidecar/breaker"
 	"github.com/sluice-dev/sluice/sidecar/config"
 	"github.com/sluice-dev/sluice/sidecar/keys"
@@ -38,11 +37,11 @@ type Options struct {
 	// Config returns the configuration in use; called once per request.
 	Config func() *config.Config
 	// Remote is the shared store (Redis); nil decides everything locally with each pod's share.
-	Remote limiter.Store
+	Remote Store
 	// Breaker guards Remote; required when Remote is set.
 	Breaker *breaker.Breaker
 	// Local is the fallback store.
-	Local   limiter.Store
+	Local   Store
 	Metrics *metrics.Metrics
 	Log     *slog.Logger
 	// Transport overrides the h2c path's upstream transport (NewTransport by default).

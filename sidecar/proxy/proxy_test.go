@@ -43,9 +43,10 @@ func TestLimitsPerRuleAndKey(t *testing.T) {
 	}{
 		{"/api/a", "A", 200, ""},
 		{"/api/a", "A", 200, ""},
-		{"/api/a", "A", 429, "per-key"},    // key A spent; client at 3 of 4
-		{"/api/a", "B", 200, ""},           // key B fresh; client at 4
-		{"/other", "A", 429, "per-client"}, // per-key does not match /other; client spent
+		{"/api/a", "A", 429, "per-key"},    // key A spent; the denial charges nothing: client at 2 of 4
+		{"/api/a", "B", 200, ""},           // key B fresh; client at 3
+		{"/other", "A", 200, ""},           // per-key does not match /other; client at 4
+		{"/other", "A", 429, "per-client"}, // client spent
 	}
 	for i, s := range steps {
 		resp, body := e.do("GET", s.path, map[string]string{"X-Api-Key": s.key})
@@ -59,14 +60,20 @@ func TestLimitsPerRuleAndKey(t *testing.T) {
 			}
 		}
 	}
-	if got := e.hits.Load(); got != 3 {
-		t.Errorf("upstream saw %d requests, want 3", got)
+	if got := e.hits.Load(); got != 4 {
+		t.Errorf("upstream saw %d requests, want 4", got)
 	}
 	if got := e.counter("api", "per-key", "denied"); got != 1 {
 		t.Errorf("per-key denied = %v, want 1", got)
 	}
 	if got := e.counter("api", "per-client", "allowed"); got != 4 {
 		t.Errorf("per-client allowed = %v, want 4", got)
+	}
+	if got := e.counter("api", "per-client", "not_charged"); got != 1 {
+		t.Errorf("per-client not_charged = %v, want 1", got)
+	}
+	if got := e.counter("api", "per-client", "denied"); got != 1 {
+		t.Errorf("per-client denied = %v, want 1", got)
 	}
 }
 

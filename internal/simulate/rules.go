@@ -1,0 +1,127 @@
+package simulate
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"io"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/sluice-dev/sluice/internal/limiter"
+)
+
+// Rule is one rule of a multi-rule simulation: a name, its limit, and whether it is Shadow.
+type Rule struct {
+	Name   string
+	Limit  limiter.Limit
+	Shadow bool
+}
+
+// ParseRule parses NAME=ALGORITHM,LIMIT,WINDOW[,shadow] (e.g. per-ip=FixedWindow,5,1h): a rule
+// of limit units per window, Burst the limit for the buckets.
+func ParseRule(s string) (Rule, error) {
+	name, spec, ok := strings.Cut(s, "=")
+	f := strings.Split(spec, ",")
+	if !ok || name == "" || len(f) < 3 || len(f) > 4 || (len(f) == 4 && f[3] != "shadow") {
+		return Rule{}, fmt.Errorf("rule %q: want NAME=ALGORITHM,LIMIT,WINDOW[,shadow]", s)
+	}
+	n, err := strconv.ParseInt(f[1], 10, 64)
+	if err != nil {
+		return Rule{}, fmt.Errorf("rule %q: limit %q is not a whole number", s, f[1])
+	}
+	w, err := time.ParseDuration(f[2])
+	if err != nil {
+		return Rule{}, fmt.Errorf("rule %q: window: %w", s, err)
+	}
+	r := Rule{Name: name, Limit: limiter.Limit{Algorithm: limiter.Algorithm(f[0]), Limit: n, Window: w}, Shadow: len(f) == 4}
+	if err := r.Limit.Validate(); err != nil {
+		return Rule{}, fmt.Errorf("rule %q: %w", s, err)
+	}
+	return r, nil
+}
+
+// ReplayRules replays a multi-rule trace through store as the sidecar decides a request:
+// all of its rules in one TakeRequest, admitted only when every enforced rule admits, and only
+// then charged. Each line of in is "<ms> RULE=KEY [RULE=KEY...]" (ms non-decreasing, blank
+// lines ignored): the request matches the rules named, each with that key (a rule named twice
+// takes twice). For each request it writes "<ms> allow charged=A,B", or "<ms> deny by=A
+// charged=-" with the enforced rules that denied, then "allowed=N denied=M". It stops at the
+// first bad line or store error, having written the decisions before it.
+func ReplayRules(in io.Reader, out io.Writer, store limiter.RequestStore, rules []Rule) error {
+	byName := make(map[string]Rule, len(rules))
+	for _, r := range rules {
+		if _, dup := byName[r.Name]; dup {
+			return fmt.Errorf("rule %q given twice", r.Name)
+		}
+		byName[r.Name] = r
+	}
+	w := bufio.NewWriter(out)
+	defer func() { _ = w.Flush() }()
+	ctx := context.Background()
+	prev := int64(-1)
+	var allowed, denied int
+	sc := bufio.NewScanner(in)
+	for line := 1; sc.Scan(); line++ {
+		f := strings.Fields(sc.Text())
+		if len(f) == 0 {
+			continue
+		}
+		at, err := strconv.ParseInt(f[0], 10, 64)
+		switch {
+		case err != nil:
+			return fmt.Errorf("line %d: %q is not a whole number of ms since the Unix epoch", line, f[0])
+		case at < 0 || at > limiter.MaxNowMs:
+			return fmt.Errorf("line %d: %d is outside 0..%d ms since the Unix epoch", line, at, limiter.MaxNowMs)
+		case at < prev:
+			return fmt.Errorf("line %d: %d is before the arrival before it (%d); arrivals must not decrease", line, at, prev)
+		}
+		prev = at
+		takes := make([]limiter.Take, 0, len(f)-1)
+		names := make([]string, 0, len(f)-1)
+		for _, kv := range f[1:] {
+			name, k, ok := strings.Cut(kv, "=")
+			r, known := byName[name]
+			if !ok || !known {
+				return fmt.Errorf("line %d: %q is not RULE=KEY of a rule given", line, kv)
+			}
+			// Each rule its own key space, as the sidecar's keys name their policy and rule.
+			takes = append(takes, limiter.Take{Key: name + "\x00" + k, Limit: r.Limit, N: 1, Shadow: r.Shadow})
+			names = append(names, name)
+		}
+		res := make([]limiter.Result, len(takes))
+		admitted, err := store.TakeRequest(ctx, takes, time.UnixMilli(at), res)
+		if err != nil {
+			return fmt.Errorf("line %d: %w", line, err)
+		}
+		var charged, by []string
+		for i := range takes {
+			switch {
+			case admitted && res[i].Allowed:
+				charged = append(charged, names[i])
+			case !admitted && !res[i].Allowed && !takes[i].Shadow:
+				by = append(by, names[i])
+			}
+		}
+		if admitted {
+			allowed++
+			fmt.Fprintf(w, "%d allow charged=%s\n", at, list(charged))
+		} else {
+			denied++
+			fmt.Fprintf(w, "%d deny by=%s charged=-\n", at, list(by))
+		}
+	}
+	if err := sc.Err(); err != nil {
+		return err
+	}
+	fmt.Fprintf(w, "allowed=%d denied=%d\n", allowed, denied)
+	return w.Flush()
+}
+
+func list(s []string) string {
+	if len(s) == 0 {
+		return "-"
+	}
+	return strings.Join(s, ",")
+}
