@@ -558,7 +558,9 @@ func checkStatus(ctx context.Context, t *testing.T, sys *devenv.System, outage b
 				t.Errorf("per-client: %.1f admitted/s and %.1f denied/s, want at least 10 of each", r.Admitted, r.Denied)
 			}
 		case "per-client-trial": // Shadow: never denies, reports what 6/s would
-			if r.Denied != 0 || r.ShadowDenied < 10 {
+			// Its would-be denials count only in requests per-client admits (a request denied
+			// by one rule charges none), so a few per second, not the 40/s client's whole excess.
+			if r.Denied != 0 || r.ShadowDenied < 1 {
 				t.Errorf("per-client-trial: %.1f denied/s and %.1f shadow-denied/s", r.Denied, r.ShadowDenied)
 			}
 		}
