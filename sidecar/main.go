@@ -72,6 +72,7 @@ func run() error {
 	m := metrics.New()
 	loader := config.NewLoader(o.Config, o.PodLabelsFile, static, m, log)
 	loader.Recheck = o.ReloadInterval
+	loader.PodName = o.PodName
 
 	opts := proxy.Options{
 		Upstream: target,

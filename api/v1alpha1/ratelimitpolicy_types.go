@@ -359,6 +359,9 @@ const (
 	ReasonValid        = "Valid"
 	ReasonInvalid      = "Invalid"
 	ReasonRuleConflict = "RuleNameConflict"
+	// ReasonTooLarge: the namespace's policies do not fit in one ConfigMap even compressed;
+	// the oldest that fit are rendered, this one is not.
+	ReasonTooLarge     = "TooLarge"
 	ReasonRendered     = "Rendered"
 	ReasonRenderFailed = "RenderFailed"
 	ReasonNotAccepted  = "NotAccepted"

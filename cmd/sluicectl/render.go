@@ -8,6 +8,8 @@ import (
 	"os"
 	"strings"
 
+	"sigs.k8s.io/yaml"
+
 	"github.com/sluice-dev/sluice/api/v1alpha1"
 	"github.com/sluice-dev/sluice/internal/policy"
 	"github.com/sluice-dev/sluice/internal/policyfile"
@@ -19,21 +21,26 @@ type fileList []string
 func (f *fileList) String() string     { return strings.Join(*f, ",") }
 func (f *fileList) Set(v string) error { *f = append(*f, v); return nil }
 
-// runRender implements `sluicectl render -f policy.yaml [-f another.yaml] [--replicas N]`:
-// it validates the policies as the API server would and prints the policies.json the
-// controller would write for them, with N ready pods behind every policy.
+// runRender implements `sluicectl render -f policy.yaml [-f another.yaml] [--replicas N |
+// --pods NAME,NAME]`: it validates the policies as the API server would and prints the
+// policies.json the controller would write for them, with N unnamed ready pods behind every
+// policy (each holds floor(limit/N) while Redis is down), or with the ready pods named (each
+// policy selecting all of them; each holds its ranked share, and the shares sum to the limit).
 func runRender(args []string, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet("render", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	var files fileList
 	fs.Var(&files, "f", "a file of RateLimitPolicy manifests (YAML or JSON; - for standard input); repeatable")
-	replicas := fs.Int("replicas", 1, "ready pods assumed behind each policy (the local fallback divides limits by it)")
+	replicas := fs.Int("replicas", 1, "unnamed ready pods assumed behind each policy (each holds floor(limit/N) locally)")
+	pods := fs.String("pods", "", "names of the ready pods behind each policy, comma-separated, as the controller renders them (exact shares by rank); overrides --replicas")
 	namespace := fs.String("namespace", "", "namespace of policies that do not name one (default \"default\")")
+	pretty := fs.Bool("pretty", false, "indent policies.json for people (the controller writes it compact; readers accept both)")
+	output := fs.String("o", "json", "json: policies.json as the controller writes it (when it is not compressed); configmap: the ConfigMap the controller would write, as YAML, encoding and all (without owner references)")
 	if err := fs.Parse(args); err != nil {
 		return 2
 	}
-	if len(files) == 0 || fs.NArg() > 0 || *replicas < 0 || *replicas > 1<<30 {
-		fmt.Fprintln(stderr, "usage: sluicectl render -f policy.yaml [-f another.yaml] [--replicas N] [--namespace NS]")
+	if len(files) == 0 || fs.NArg() > 0 || *replicas < 0 || *replicas > 1<<30 || (*output != "json" && *output != "configmap") {
+		fmt.Fprintln(stderr, "usage: sluicectl render -f policy.yaml [-f another.yaml] [--replicas N | --pods NAME,NAME] [--namespace NS] [--pretty] [-o json|configmap]")
 		return 2
 	}
 	policies, err := readPolicies(files)
@@ -46,7 +53,23 @@ func runRender(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "sluicectl render: %v\n", err)
 		return 1
 	}
-	doc, verdicts := render.Build(ns, policies, render.FixedReplicas(*replicas))
+	var behind render.Pods = render.FixedReplicas(*replicas)
+	podsSet := false
+	fs.Visit(func(f *flag.Flag) { podsSet = podsSet || f.Name == "pods" })
+	if podsSet { // --pods= is no ready pod, as the controller renders it: every pod holds 0
+		names := render.NamedPods{}
+		for _, n := range strings.Split(*pods, ",") {
+			if n = strings.TrimSpace(n); n != "" {
+				names = append(names, n)
+			}
+		}
+		behind = names
+	}
+	doc, payload, verdicts, err := render.BuildFit(ns, policies, behind, 0)
+	if err != nil {
+		fmt.Fprintf(stderr, "sluicectl render: %v\n", err)
+		return 1
+	}
 	var rejected []error
 	for _, p := range policies {
 		if v := verdicts[p.Name]; v.Err != nil {
@@ -57,7 +80,15 @@ func runRender(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "sluicectl render: %v\n", errors.Join(rejected...))
 		return 1
 	}
-	data, err := policy.Marshal(doc)
+	var data []byte
+	switch {
+	case *output == "configmap":
+		data, err = yaml.Marshal(render.ConfigMap(ns, payload))
+	case *pretty:
+		data, err = policy.MarshalIndent(doc)
+	default:
+		data, err = policy.Marshal(doc)
+	}
 	if err != nil {
 		fmt.Fprintf(stderr, "sluicectl render: %v\n", err)
 		return 1

@@ -129,7 +129,7 @@ func run(ctx context.Context, once, verbose bool) error {
 		return err
 	}
 
-	step("Killing redis-server (kill -9): each sidecar falls back to its share, limit/replicas")
+	step("Killing redis-server (kill -9): each sidecar falls back to its share by rank, the shares summing to the limit")
 	if err := sys.KillRedis(); err != nil {
 		return err
 	}

@@ -6,6 +6,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"reflect"
 	"slices"
 	"strings"
@@ -35,8 +36,8 @@ import (
 
 // ManagedByLabel marks the ConfigMaps the controller writes; the manager caches only those.
 const (
-	ManagedByLabel = "app.kubernetes.io/managed-by"
-	ManagedByValue = "sluice"
+	ManagedByLabel = render.ManagedByLabel
+	ManagedByValue = render.ManagedByValue
 )
 
 // RateLimitPolicyReconciler renders all policies of a namespace into one ConfigMap. Its
@@ -46,6 +47,11 @@ type RateLimitPolicyReconciler struct {
 	client.Client
 	Recorder events.EventRecorder
 	Clock    clock.PassiveClock
+	// MaxBytes bounds the ConfigMap's data and binaryData; zero is policy.MaxConfigMapBytes,
+	// the API server's limit.
+	MaxBytes int
+
+	fitter render.Fitter
 }
 
 // +kubebuilder:rbac:groups=sluice.dev,resources=ratelimitpolicies,verbs=get;list;watch
@@ -68,11 +74,18 @@ func (r *RateLimitPolicyReconciler) Reconcile(ctx context.Context, req ctrl.Requ
 	if err := r.List(ctx, &pods, client.InNamespace(ns)); err != nil {
 		return ctrl.Result{}, err
 	}
-	doc, verdicts := render.Build(ns, list.Items, podSet(pods.Items))
+	if len(list.Items) == 0 {
+		r.fitter.Forget(ns) // bounded by the namespaces that have policies
+	}
+	doc, payload, verdicts, err := r.fitter.BuildFit(ns, list.Items, podSet(pods.Items), r.MaxBytes)
+	if err != nil {
+		return ctrl.Result{}, err
+	}
 
-	changed, hash, renderErr := r.writeConfigMap(ctx, doc, list.Items)
+	changed, hash, renderErr := r.writeConfigMap(ctx, doc, payload, list.Items)
 	if renderErr == nil && changed {
-		log.Info("Rendered policies", "namespace", ns, "configMap", policy.ConfigMapName, "policies", len(doc.Policies), "hash", hash)
+		log.Info("Rendered policies", "namespace", ns, "configMap", policy.ConfigMapName, "policies", len(doc.Policies),
+			"bytes", payload.Size(), "compressed", payload.BinaryData != nil, "hash", hash)
 	}
 
 	var errs []error
@@ -93,7 +106,7 @@ func (r *RateLimitPolicyReconciler) Reconcile(ctx context.Context, req ctrl.Requ
 
 // writeConfigMap makes the namespace's ConfigMap hold doc, owned by every live policy, and
 // deletes it when no policy is left. It writes only when something differs.
-func (r *RateLimitPolicyReconciler) writeConfigMap(ctx context.Context, doc *policy.Document, policies []v1alpha1.RateLimitPolicy) (changed bool, hash string, err error) {
+func (r *RateLimitPolicyReconciler) writeConfigMap(ctx context.Context, doc *policy.Document, payload *policy.Payload, policies []v1alpha1.RateLimitPolicy) (changed bool, hash string, err error) {
 	cm := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: doc.Namespace, Name: policy.ConfigMapName}}
 	var owners []*v1alpha1.RateLimitPolicy
 	for i := range policies {
@@ -111,20 +124,17 @@ func (r *RateLimitPolicyReconciler) writeConfigMap(ctx context.Context, doc *pol
 	}
 	slices.SortFunc(owners, func(a, b *v1alpha1.RateLimitPolicy) int { return strings.Compare(a.Name, b.Name) })
 
-	data, err := policy.Marshal(doc)
-	if err != nil {
-		return false, "", err
-	}
-	hash = policy.Hash(data)
+	hash = payload.Hash
+	want := render.ConfigMap(doc.Namespace, payload)
 	op, err := controllerutil.CreateOrUpdate(ctx, r.Client, cm, func() error {
 		if cm.Labels == nil {
 			cm.Labels = map[string]string{}
 		}
-		cm.Labels[ManagedByLabel] = ManagedByValue
+		maps.Copy(cm.Labels, want.Labels)
 		if cm.Annotations == nil {
 			cm.Annotations = map[string]string{}
 		}
-		cm.Annotations[policy.HashAnnotation] = hash
+		maps.Copy(cm.Annotations, want.Annotations)
 		// Exactly the live policies, sorted by name: a deleted policy's reference goes.
 		cm.OwnerReferences = nil
 		for _, p := range owners {
@@ -132,8 +142,7 @@ func (r *RateLimitPolicyReconciler) writeConfigMap(ctx context.Context, doc *pol
 				return err
 			}
 		}
-		cm.Data = map[string]string{policy.DataKey: string(data)}
-		cm.BinaryData = nil
+		cm.Data, cm.BinaryData = want.Data, want.BinaryData
 		return nil
 	})
 	if err != nil {
@@ -161,8 +170,11 @@ func (r *RateLimitPolicyReconciler) updateStatus(ctx context.Context, p *v1alpha
 	switch {
 	case v.Err != nil:
 		reason := v1alpha1.ReasonInvalid
-		if v.Conflict {
+		switch {
+		case v.Conflict:
 			reason = v1alpha1.ReasonRuleConflict
+		case v.TooLarge:
+			reason = v1alpha1.ReasonTooLarge
 		}
 		set(metav1.Condition{Type: v1alpha1.ConditionAccepted, Status: metav1.ConditionFalse, Reason: reason, Message: v.Err.Error()})
 		set(metav1.Condition{Type: v1alpha1.ConditionReady, Status: metav1.ConditionFalse, Reason: v1alpha1.ReasonNotAccepted,
@@ -267,14 +279,17 @@ func equalStatus(a, b v1alpha1.RateLimitPolicyStatus) bool {
 // podSet answers render.Build's questions from a namespace's pods.
 type podSet []corev1.Pod
 
-func (s podSet) Ready(sel labels.Selector) int32 {
-	var n int32
+// Ready returns the names of the ready pods sel matches, sorted: each pod's rank, from which
+// it computes its local shares. Never nil, so that the document says the pods are named.
+func (s podSet) Ready(sel labels.Selector) ([]string, int32) {
+	names := []string{}
 	for i := range s {
 		if isReady(&s[i]) && sel.Matches(labels.Set(s[i].Labels)) {
-			n++
+			names = append(names, s[i].Name)
 		}
 	}
-	return n
+	slices.Sort(names)
+	return names, int32(len(names))
 }
 
 func (s podSet) Shared(a, b labels.Selector) bool {

@@ -16,13 +16,14 @@ import (
 
 	"github.com/sluice-dev/sluice/api/v1alpha1"
 	"github.com/sluice-dev/sluice/internal/policy"
+	"github.com/sluice-dev/sluice/internal/render"
 )
 
 // rendered reads and parses the namespace's ConfigMap.
 func rendered(g Gomega, ctx context.Context, ns string) (*corev1.ConfigMap, *policy.Document) {
 	var cm corev1.ConfigMap
 	g.Expect(k8sClient.Get(ctx, types.NamespacedName{Namespace: ns, Name: policy.ConfigMapName}, &cm)).To(Succeed())
-	doc, err := policy.Parse([]byte(cm.Data[policy.DataKey]))
+	doc, err := policy.Decode([]byte(cm.Data[policy.DataKey]), cm.BinaryData[policy.CompressedKey])
 	g.Expect(err).NotTo(HaveOccurred())
 	return &cm, doc
 }
@@ -154,13 +155,15 @@ var _ = Describe("RateLimitPolicy controller", func() {
 		for _, pod := range pods {
 			Expect(k8sClient.Create(ctx, pod)).To(Succeed())
 		}
-		expectReplicas := func(n int32) {
+		// The ready pods it selects, by name and sorted: each pod's rank for its exact share.
+		expectReplicas := func(n int32, names ...string) {
 			GinkgoHelper()
 			Eventually(func(g Gomega) {
 				p := expectReady(g, ctx, ns, "web", 1)
 				g.Expect(p.Status.MatchedPods).To(Equal(n))
 				_, doc := rendered(g, ctx, ns)
 				g.Expect(doc.Policies[0].Replicas).To(Equal(n))
+				g.Expect(doc.Policies[0].Pods).To(Equal(append([]string{}, names...)))
 			}).Should(Succeed())
 		}
 		expectReplicas(0)
@@ -169,11 +172,11 @@ var _ = Describe("RateLimitPolicy controller", func() {
 		for _, pod := range pods {
 			setReady(ctx, pod, true)
 		}
-		expectReplicas(2)
+		expectReplicas(2, "web-1", "web-2")
 
 		By("one pod becoming unready")
 		setReady(ctx, pods[0], false)
-		expectReplicas(1)
+		expectReplicas(1, "web-2")
 
 		By("a ready pod's labels changing so it is no longer selected")
 		Expect(k8sClient.Get(ctx, client.ObjectKeyFromObject(pods[1]), pods[1])).To(Succeed())
@@ -185,11 +188,34 @@ var _ = Describe("RateLimitPolicy controller", func() {
 		Expect(k8sClient.Get(ctx, client.ObjectKeyFromObject(pods[2]), pods[2])).To(Succeed())
 		pods[2].Labels = map[string]string{"app": "web"}
 		Expect(k8sClient.Update(ctx, pods[2])).To(Succeed())
-		expectReplicas(1)
+		expectReplicas(1, "other")
 
 		By("the pod being deleted")
 		Expect(k8sClient.Delete(ctx, pods[2], client.GracePeriodSeconds(0))).To(Succeed())
 		expectReplicas(0)
+	})
+
+	It("renders the ready pods by name exactly as sluicectl render --pods does", func(ctx context.Context) {
+		Expect(k8sClient.Create(ctx, newPolicy(ns, "six", rule0(func(r *v1alpha1.Rule) { r.Limit = 6 })))).To(Succeed())
+		Expect(k8sClient.Create(ctx, newPolicy(ns, "two", rule0(func(r *v1alpha1.Rule) { r.Name, r.Limit = "other", 2 })))).To(Succeed())
+		names := []string{"web-d", "web-a", "web-c", "web-b"}
+		for _, name := range names {
+			pod := newPod(ns, name, map[string]string{"app": "web"})
+			Expect(k8sClient.Create(ctx, pod)).To(Succeed())
+			setReady(ctx, pod, true)
+		}
+		Eventually(func(g Gomega) {
+			cm, doc := rendered(g, ctx, ns)
+			g.Expect(doc.Policies).To(HaveLen(2))
+			g.Expect(doc.Policies[0].Pods).To(Equal([]string{"web-a", "web-b", "web-c", "web-d"}))
+			var list v1alpha1.RateLimitPolicyList
+			g.Expect(k8sClient.List(ctx, &list, client.InNamespace(ns))).To(Succeed())
+			offline, verdicts := render.Build(ns, list.Items, render.NamedPods(names))
+			g.Expect(verdicts).To(HaveLen(2))
+			want, err := policy.Marshal(offline)
+			g.Expect(err).NotTo(HaveOccurred())
+			g.Expect(cm.Data[policy.DataKey]).To(Equal(string(want)))
+		}).Should(Succeed())
 	})
 
 	It("renders two policies of one namespace into one ConfigMap, sorted by name", func(ctx context.Context) {

@@ -67,6 +67,8 @@ func TestInjectedContainerParsesWithTheSidecarsFlags(t *testing.T) {
 				t.Fatalf("%s comes from an unexpected Secret key %+v", e.Name, e.ValueFrom.SecretKeyRef)
 			}
 			env[e.Name] = v
+		case e.ValueFrom.FieldRef != nil && e.ValueFrom.FieldRef.FieldPath == inject.PodNameFieldPath:
+			env[e.Name] = pod.Name
 		default:
 			t.Fatalf("%s comes from %+v", e.Name, e.ValueFrom)
 		}
@@ -93,6 +95,7 @@ func TestInjectedContainerParsesWithTheSidecarsFlags(t *testing.T) {
 		t.Fatal(err)
 	}
 	want.Listen, want.MetricsListen, want.Upstream = ":8000", ":9100", "http://127.0.0.1:3000"
+	want.PodName = "web" // from the downward API: the pod's own name
 	want.RedisURL, want.RedisTimeout, want.RedisPassword = "rediss+cluster://redis-0.redis:6379?addr=redis-1.redis:6379", 50*time.Millisecond, "s3cret"
 	if !reflect.DeepEqual(got, want) {
 		t.Errorf("the sidecar parses the injected container as\n%+v\nwant\n%+v", got, want)

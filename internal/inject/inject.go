@@ -67,11 +67,15 @@ const (
 
 // The sidecar's flags. Each can also be set as an environment variable, EnvName(flag).
 const (
-	FlagListen             = "listen"
-	FlagUpstream           = "upstream"
-	FlagConfig             = "config"
-	FlagPodLabelsFile      = "pod-labels-file"
-	FlagPodLabels          = "pod-labels"
+	FlagListen        = "listen"
+	FlagUpstream      = "upstream"
+	FlagConfig        = "config"
+	FlagPodLabelsFile = "pod-labels-file"
+	FlagPodLabels     = "pod-labels"
+	// FlagPodName is the pod's name, which ranks it among the ready pods a policy lists for
+	// its exact local share; the webhook sets it as EnvName(FlagPodName) from the downward API
+	// (PodNameFieldPath).
+	FlagPodName            = "pod-name"
 	FlagRedisURL           = "redis-url"
 	FlagRedisTimeout       = "redis-timeout"
 	FlagMetricsListen      = "metrics-listen"
@@ -87,6 +91,9 @@ const (
 	FlagReadHeaderTimeout  = "read-header-timeout"
 	FlagIdleTimeout        = "idle-timeout"
 )
+
+// PodNameFieldPath is the downward API field the webhook fills EnvName(FlagPodName) from.
+const PodNameFieldPath = "metadata.name"
 
 // EnvPrefix starts the name of every environment variable the sidecar reads.
 const EnvPrefix = "SLUICE_"

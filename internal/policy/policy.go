@@ -7,12 +7,15 @@ package policy
 
 import (
 	"bytes"
+	"compress/gzip"
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"net/netip"
+	"slices"
 	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -31,6 +34,19 @@ const (
 	DataKey = "policies.json"
 	// HashAnnotation carries the SHA-256 of the rendered document on the ConfigMap.
 	HashAnnotation = "sluice.dev/content-hash"
+	// CompressedVersion is the version of the envelope DataKey holds when the document is
+	// compressed: the gzip of the (version Version) document is under CompressedKey, in the
+	// ConfigMap's binaryData. Readers that know only Version refuse the envelope and keep the
+	// document they have, rather than mistaking it for "no policies".
+	CompressedVersion = 2
+	// CompressedKey is the binaryData key of the compressed document.
+	CompressedKey = DataKey + ".gz"
+	// CompressThreshold is the size of the compact document above which Encode compresses it.
+	CompressThreshold = 256 << 10
+	// MaxConfigMapBytes is the most a ConfigMap's data and binaryData may hold together.
+	MaxConfigMapBytes = 1 << 20
+	// maxDecompressed bounds what a reader inflates, against a hostile or corrupt file.
+	maxDecompressed = 64 << 20
 )
 
 // Document is the content of policies.json: every accepted policy of one namespace.
@@ -48,13 +64,53 @@ type Policy struct {
 	Name string `json:"name"`
 	// Selector selects the pods that enforce the policy, as in the API.
 	Selector metav1.LabelSelector `json:"selector"`
-	// Replicas is the number of ready pods Selector matched when rendered; the local fallback
-	// divides limits by max(1, Replicas).
-	Replicas       int32       `json:"replicas"`
+	// Replicas is the number of ready pods Selector matched when rendered. When Pods is nil
+	// (a document rendered for a replica count, or by an older writer) every pod holds the
+	// unnamed share, UnnamedShare(limit, Replicas).
+	Replicas int32 `json:"replicas"`
+	// Pods, when not nil, are the names of those ready pods, sorted, and Replicas is their
+	// number: a pod's index is its rank, and the pod of rank i holds Share(limit, Replicas, i)
+	// units of each rule (and of its burst), so that the shares sum to the limit exactly. A
+	// pod not listed (not ready yet, or not rendered yet) holds 0 until the next render. An
+	// empty list (no ready pod) is written as [], nil as null: the two stay distinct.
+	Pods           []string    `json:"pods"`
 	FailureMode    FailureMode `json:"failureMode"`
 	TrustedProxies []string    `json:"trustedProxies,omitempty"`
 	Response       Response    `json:"response"`
 	Rules          []Rule      `json:"rules"`
+}
+
+// Share is the share of total held by the pod of rank 0 <= rank < n among n pods:
+// floor(total/n), plus one for the first total mod n ranks. Summed over the ranks 0..n-1 it
+// is total exactly, whatever n, including n > total (then the last n - total ranks hold 0).
+// It is 0 for a rank outside 0..n-1.
+func Share(total int64, n int32, rank int) int64 {
+	if n <= 0 || rank < 0 || rank >= int(n) {
+		return 0
+	}
+	s := total / int64(n)
+	if int64(rank) < total%int64(n) {
+		s++
+	}
+	return s
+}
+
+// UnnamedShare is the share of total held by each of n pods that know no rank (a document
+// without Pods): floor(total/max(1, n)). The fleet's sum stays at or under total; it is exact
+// only when n divides total, and every pod holds 0 when n > total.
+func UnnamedShare(total int64, n int32) int64 { return total / int64(max(n, 1)) }
+
+// PodShare returns the share of total the pod podName holds under p: Share by its rank in
+// Pods when p lists pods (0 for a pod not listed), UnnamedShare otherwise.
+func (p Policy) PodShare(total int64, podName string) int64 {
+	if p.Pods == nil {
+		return UnnamedShare(total, p.Replicas)
+	}
+	rank, ok := slices.BinarySearch(p.Pods, podName)
+	if !ok || podName == "" {
+		return 0
+	}
+	return Share(total, int32(len(p.Pods)), rank)
 }
 
 // FailureMode is what a sidecar does with a policy's requests while Redis cannot decide.
@@ -215,6 +271,19 @@ func (p Policy) Validate() error {
 	default:
 		return fmt.Errorf("response.headers %q is not Draft, Legacy, Both or None", p.Response.Headers)
 	}
+	if p.Pods != nil {
+		if int(p.Replicas) != len(p.Pods) {
+			return fmt.Errorf("replicas %d is not the number of pods listed, %d", p.Replicas, len(p.Pods))
+		}
+		for i := 1; i < len(p.Pods); i++ {
+			if p.Pods[i-1] >= p.Pods[i] {
+				return fmt.Errorf("pods are not sorted and distinct at %q, %q", p.Pods[i-1], p.Pods[i])
+			}
+		}
+	}
+	if p.Replicas < 0 {
+		return fmt.Errorf("replicas %d is negative", p.Replicas)
+	}
 	if len(p.Rules) == 0 {
 		return errors.New("no rules")
 	}
@@ -266,17 +335,137 @@ func Parse(data []byte) (*Document, error) {
 	return &d, nil
 }
 
-// Marshal encodes a document deterministically: policies sorted by the caller (render.Build sorts),
-// fields in declaration order, two-space indentation and a final newline.
+// Marshal encodes a document deterministically and compactly: policies sorted by the caller
+// (render.Build sorts), fields in declaration order, no indentation, a final newline.
 func Marshal(d *Document) ([]byte, error) {
 	if d.Policies == nil {
 		d.Policies = []Policy{}
 	}
-	b, err := json.MarshalIndent(d, "", "  ")
+	b, err := json.Marshal(d)
 	if err != nil {
 		return nil, err
 	}
 	return append(b, '\n'), nil
+}
+
+// MarshalIndent is Marshal with two-space indentation, for people to read (sluicectl render
+// --pretty); readers accept both.
+func MarshalIndent(d *Document) ([]byte, error) {
+	b, err := Marshal(d)
+	if err != nil {
+		return nil, err
+	}
+	var out bytes.Buffer
+	if err := json.Indent(&out, b, "", "  "); err != nil {
+		return nil, err
+	}
+	return out.Bytes(), nil
+}
+
+// Payload is a document encoded as the ConfigMap's data and binaryData.
+type Payload struct {
+	Data       map[string]string
+	BinaryData map[string][]byte
+	// Hash is Hash of the compact document, compressed or not.
+	Hash string
+	// Plain is the size of the compact document.
+	Plain int
+}
+
+// Size is what the payload counts against MaxConfigMapBytes: the keys' values.
+func (p *Payload) Size() int {
+	n := 0
+	for _, v := range p.Data {
+		n += len(v)
+	}
+	for _, v := range p.BinaryData {
+		n += len(v)
+	}
+	return n
+}
+
+// envelope is what DataKey holds when the document is compressed.
+type envelope struct {
+	Version   int    `json:"version"`
+	Namespace string `json:"namespace"`
+	Encoding  string `json:"encoding"`
+	Key       string `json:"key"`
+	// SHA256 is the hash of the compressed bytes, so a reader notices a torn pair of files.
+	SHA256 string `json:"sha256"`
+}
+
+// Encode encodes d for a ConfigMap: the compact document under DataKey when it is at most
+// CompressThreshold bytes; otherwise its gzip under CompressedKey (binaryData) and, under
+// DataKey, an envelope of version CompressedVersion that names it. The output is deterministic.
+func Encode(d *Document) (*Payload, error) {
+	plain, err := Marshal(d)
+	if err != nil {
+		return nil, err
+	}
+	p := &Payload{Hash: Hash(plain), Plain: len(plain)}
+	if len(plain) <= CompressThreshold {
+		p.Data = map[string]string{DataKey: string(plain)}
+		return p, nil
+	}
+	var buf bytes.Buffer
+	zw, _ := gzip.NewWriterLevel(&buf, gzip.DefaultCompression) // a valid level: no error
+	if _, err := zw.Write(plain); err != nil {
+		return nil, err
+	}
+	if err := zw.Close(); err != nil {
+		return nil, err
+	}
+	env, err := json.Marshal(envelope{Version: CompressedVersion, Namespace: d.Namespace, Encoding: "gzip", Key: CompressedKey, SHA256: Hash(buf.Bytes())})
+	if err != nil {
+		return nil, err
+	}
+	p.Data = map[string]string{DataKey: string(env) + "\n"}
+	p.BinaryData = map[string][]byte{CompressedKey: buf.Bytes()}
+	return p, nil
+}
+
+// CompressedFile reports whether data (the content of DataKey) is an envelope, and the name
+// of the file beside it that holds the compressed document.
+func CompressedFile(data []byte) (key string, ok bool) {
+	var env envelope
+	if json.Unmarshal(data, &env) != nil || env.Version != CompressedVersion {
+		return "", false
+	}
+	if env.Key != CompressedKey {
+		return "", false // the only name a reader opens: never a path from the file
+	}
+	return env.Key, true
+}
+
+// Decode decodes and validates what a ConfigMap holds: data is DataKey's content and
+// compressed CompressedKey's (nil when absent). A plain document is Parse(data); an envelope
+// needs compressed, whose hash it checks before inflating at most 64 MiB of it.
+func Decode(data, compressed []byte) (*Document, error) {
+	var env envelope
+	if json.Unmarshal(data, &env) != nil || env.Version != CompressedVersion {
+		return Parse(data)
+	}
+	if env.Encoding != "gzip" || env.Key != CompressedKey {
+		return nil, fmt.Errorf("%s: encoding %q under key %q is not gzip under %s", DataKey, env.Encoding, env.Key, CompressedKey)
+	}
+	if compressed == nil {
+		return nil, fmt.Errorf("%s names %s, which is missing", DataKey, CompressedKey)
+	}
+	if Hash(compressed) != env.SHA256 {
+		return nil, fmt.Errorf("%s does not have the hash %s names (a torn update?)", CompressedKey, DataKey)
+	}
+	zr, err := gzip.NewReader(bytes.NewReader(compressed))
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", CompressedKey, err)
+	}
+	plain, err := io.ReadAll(io.LimitReader(zr, maxDecompressed+1))
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", CompressedKey, err)
+	}
+	if len(plain) > maxDecompressed {
+		return nil, fmt.Errorf("%s inflates to more than %d bytes", CompressedKey, maxDecompressed)
+	}
+	return Parse(plain)
 }
 
 // Hash is the content hash written to HashAnnotation.

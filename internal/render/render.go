@@ -10,8 +10,10 @@ import (
 	"net/textproto"
 	"slices"
 	"strings"
+	"sync"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 
@@ -160,8 +162,9 @@ func orDefault[T ~string](v, def T) T {
 
 // Pods is what Build needs to know of a namespace's pods.
 type Pods interface {
-	// Ready returns the number of ready pods that sel matches.
-	Ready(sel labels.Selector) int32
+	// Ready returns the ready pods that sel matches: their names, sorted and distinct, or,
+	// when the pods are not known by name (FixedReplicas), nil and their number.
+	Ready(sel labels.Selector) (names []string, n int32)
 	// Shared reports whether some pod is matched by both selectors.
 	Shared(a, b labels.Selector) bool
 }
@@ -172,6 +175,9 @@ type Verdict struct {
 	Err error
 	// Conflict is true when Err is a rule-name conflict with another policy.
 	Conflict bool
+	// TooLarge is true when Err says the policy was left out because the namespace's
+	// rendered document does not fit in a ConfigMap (see Fit).
+	TooLarge bool
 	// MatchedPods is the number of ready pods the policy selects.
 	MatchedPods int32
 }
@@ -181,13 +187,7 @@ type Verdict struct {
 // selecting the same pods (identical selectors, or a pod matched by both), is left out with a
 // verdict saying why. The document lists accepted policies sorted by name.
 func Build(namespace string, policies []v1alpha1.RateLimitPolicy, pods Pods) (*policy.Document, map[string]Verdict) {
-	ordered := slices.Clone(policies)
-	slices.SortFunc(ordered, func(a, b v1alpha1.RateLimitPolicy) int {
-		if c := a.CreationTimestamp.Compare(b.CreationTimestamp.Time); c != 0 {
-			return c
-		}
-		return strings.Compare(a.Name, b.Name)
-	})
+	ordered := ByAge(policies)
 	doc := &policy.Document{Version: policy.Version, Namespace: namespace, Policies: []policy.Policy{}}
 	verdicts := make(map[string]Verdict, len(ordered))
 	type accepted struct {
@@ -206,7 +206,10 @@ func Build(namespace string, policies []v1alpha1.RateLimitPolicy, pods Pods) (*p
 			continue
 		}
 		sel, _ := metav1.LabelSelectorAsSelector(&compiled.Selector) // Compile checked it.
-		compiled.Replicas = pods.Ready(sel)
+		compiled.Pods, compiled.Replicas = pods.Ready(sel)
+		if compiled.Pods != nil {
+			compiled.Replicas = int32(len(compiled.Pods))
+		}
 		v := Verdict{MatchedPods: compiled.Replicas}
 		for _, k := range kept {
 			if name, ok := sharedRuleName(compiled, k.compiled); ok && (sel.String() == k.selector.String() || pods.Shared(sel, k.selector)) {
@@ -223,6 +226,152 @@ func Build(namespace string, policies []v1alpha1.RateLimitPolicy, pods Pods) (*p
 	}
 	slices.SortFunc(doc.Policies, func(a, b policy.Policy) int { return strings.Compare(a.Name, b.Name) })
 	return doc, verdicts
+}
+
+// ByAge returns the policies oldest first, then by name: the order in which Build accepts them
+// (which resolves rule-name conflicts) and Fit keeps them.
+func ByAge(policies []v1alpha1.RateLimitPolicy) []v1alpha1.RateLimitPolicy {
+	ordered := slices.Clone(policies)
+	slices.SortFunc(ordered, func(a, b v1alpha1.RateLimitPolicy) int {
+		if c := a.CreationTimestamp.Compare(b.CreationTimestamp.Time); c != 0 {
+			return c
+		}
+		return strings.Compare(a.Name, b.Name)
+	})
+	return ordered
+}
+
+// BuildFit is Build followed by Fit: the document and payload the controller writes, with the
+// verdict of every policy Fit left out set to TooLarge. maxBytes is the payload's bound
+// (policy.MaxConfigMapBytes when 0).
+func BuildFit(namespace string, policies []v1alpha1.RateLimitPolicy, pods Pods, maxBytes int) (*policy.Document, *policy.Payload, map[string]Verdict, error) {
+	return (&Fitter{}).BuildFit(namespace, policies, pods, maxBytes)
+}
+
+// Fitter is BuildFit with a memory: it remembers each namespace's last result, so that a
+// reconcile whose document has not changed (a status update, an unrelated pod) neither
+// compresses nor searches again. The zero value is ready; safe for concurrent use.
+type Fitter struct {
+	mu   sync.Mutex
+	last map[string]fitted
+}
+
+type fitted struct {
+	key      string
+	doc      *policy.Document
+	payload  *policy.Payload
+	left     []string
+	full     int
+	accepted int
+}
+
+// BuildFit is the package's BuildFit, reusing the namespace's last Fit when the document,
+// the order and the bound are the same.
+func (f *Fitter) BuildFit(namespace string, policies []v1alpha1.RateLimitPolicy, pods Pods, maxBytes int) (*policy.Document, *policy.Payload, map[string]Verdict, error) {
+	if maxBytes <= 0 {
+		maxBytes = policy.MaxConfigMapBytes
+	}
+	doc, verdicts := Build(namespace, policies, pods)
+	var byAge []string
+	for _, p := range ByAge(policies) {
+		if v, ok := verdicts[p.Name]; ok && v.Err == nil {
+			byAge = append(byAge, p.Name)
+		}
+	}
+	plain, err := policy.Marshal(doc)
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	key := fmt.Sprintf("%s\x00%d\x00%s", policy.Hash(plain), maxBytes, strings.Join(byAge, ","))
+	f.mu.Lock()
+	r, ok := f.last[namespace]
+	f.mu.Unlock()
+	if !ok || r.key != key {
+		kept, payload, left, full, err := Fit(doc, byAge, maxBytes)
+		if err != nil {
+			return nil, nil, nil, err
+		}
+		r = fitted{key: key, doc: kept, payload: payload, left: left, full: full, accepted: len(byAge)}
+		f.mu.Lock()
+		if f.last == nil {
+			f.last = map[string]fitted{}
+		}
+		f.last[namespace] = r
+		f.mu.Unlock()
+	}
+	for _, name := range r.left {
+		v := verdicts[name]
+		v.TooLarge = true
+		v.Err = fmt.Errorf("the namespace's %d accepted policies render to %s (encoded), %s over the %s a ConfigMap holds; "+
+			"this policy is among the newest %d left out, the %d older ones are enforced; delete or shrink policies to bring it in",
+			r.accepted, size(r.full), size(r.full-maxBytes), size(maxBytes), len(r.left), r.accepted-len(r.left))
+		verdicts[name] = v
+	}
+	return r.doc, r.payload, verdicts, nil
+}
+
+// Forget drops a namespace's remembered result.
+func (f *Fitter) Forget(namespace string) {
+	f.mu.Lock()
+	delete(f.last, namespace)
+	f.mu.Unlock()
+}
+
+// Fit encodes doc (policy.Encode) and, when the payload exceeds maxBytes
+// (policy.MaxConfigMapBytes when 0), keeps the longest prefix of byAge (the accepted policies'
+// names, oldest first) whose payload fits: the document that is written, its payload, the
+// names left out (newest last) and the size of the full document's payload.
+func Fit(doc *policy.Document, byAge []string, maxBytes int) (*policy.Document, *policy.Payload, []string, int, error) {
+	if maxBytes <= 0 {
+		maxBytes = policy.MaxConfigMapBytes
+	}
+	full, err := policy.Encode(doc)
+	if err != nil {
+		return nil, nil, nil, 0, err
+	}
+	if full.Size() <= maxBytes {
+		return doc, full, nil, full.Size(), nil
+	}
+	prefix := func(k int) (*policy.Document, *policy.Payload, error) {
+		keep := map[string]bool{}
+		for _, n := range byAge[:k] {
+			keep[n] = true
+		}
+		d := &policy.Document{Version: doc.Version, Namespace: doc.Namespace, Policies: []policy.Policy{}}
+		for _, p := range doc.Policies {
+			if keep[p.Name] {
+				d.Policies = append(d.Policies, p)
+			}
+		}
+		pl, err := policy.Encode(d)
+		return d, pl, err
+	}
+	// The payload grows with the prefix; find the longest that fits (k = 0 always does).
+	lo, hi := 0, len(byAge)-1 // fits(lo); the full list does not
+	for lo < hi {
+		mid := (lo + hi + 1) / 2
+		_, pl, err := prefix(mid)
+		if err != nil {
+			return nil, nil, nil, 0, err
+		}
+		if pl.Size() <= maxBytes {
+			lo = mid
+		} else {
+			hi = mid - 1
+		}
+	}
+	d, pl, err := prefix(lo)
+	if err != nil {
+		return nil, nil, nil, 0, err
+	}
+	return d, pl, slices.Clone(byAge[lo:]), full.Size(), nil
+}
+
+func size(n int) string {
+	if n >= 1<<20 {
+		return fmt.Sprintf("%.2f MiB", float64(n)/(1<<20))
+	}
+	return fmt.Sprintf("%.1f KiB", float64(n)/(1<<10))
 }
 
 func sharedRuleName(a, b policy.Policy) (string, bool) {
@@ -254,12 +403,52 @@ func Summary(p *v1alpha1.RateLimitPolicy) string {
 	return s
 }
 
-// FixedReplicas answers Build for offline rendering: every selector matches n ready pods and
-// no pod is known, so only identical selectors can conflict.
+// FixedReplicas answers Build for offline rendering: every selector matches n ready pods that
+// have no names, so each holds the unnamed share (policy.UnnamedShare), and no pod is known,
+// so only identical selectors can conflict.
 type FixedReplicas int32
 
-// Ready returns n.
-func (n FixedReplicas) Ready(labels.Selector) int32 { return int32(n) }
+// Ready returns no names and n.
+func (n FixedReplicas) Ready(labels.Selector) ([]string, int32) { return nil, int32(n) }
 
 // Shared reports false: offline, no pod is known.
 func (FixedReplicas) Shared(_, _ labels.Selector) bool { return false }
+
+// NamedPods answers Build for offline rendering for ready pods of these names, as the
+// controller would if every one of them were selected by every policy: each policy lists them
+// all (sorted), and any two policies share them, so a rule name two policies both define is a
+// conflict unless there is no pod.
+type NamedPods []string
+
+// Ready returns the names, sorted and without repeats, and their number.
+func (p NamedPods) Ready(labels.Selector) ([]string, int32) {
+	names := slices.Compact(slices.Sorted(slices.Values(p)))
+	if names == nil {
+		names = []string{}
+	}
+	return names, int32(len(names))
+}
+
+// Shared reports whether there is a pod.
+func (p NamedPods) Shared(_, _ labels.Selector) bool { return len(p) > 0 }
+
+// The label on every ConfigMap the controller writes; the manager caches only those.
+const (
+	ManagedByLabel = "app.kubernetes.io/managed-by"
+	ManagedByValue = "sluice"
+)
+
+// ConfigMap is the ConfigMap the controller writes for a namespace's payload, without the
+// owner references (one per live policy, which need the policies' UIDs).
+func ConfigMap(namespace string, p *policy.Payload) *corev1.ConfigMap {
+	return &corev1.ConfigMap{
+		TypeMeta: metav1.TypeMeta{APIVersion: "v1", Kind: "ConfigMap"},
+		ObjectMeta: metav1.ObjectMeta{
+			Namespace: namespace, Name: policy.ConfigMapName,
+			Labels:      map[string]string{ManagedByLabel: ManagedByValue},
+			Annotations: map[string]string{policy.HashAnnotation: p.Hash},
+		},
+		Data:       p.Data,
+		BinaryData: p.BinaryData,
+	}
+}

@@ -301,7 +301,9 @@ func (c *Config) container(o options) corev1.Container {
 		inject.Arg(inject.FlagPodLabelsFile, path.Join(inject.PodInfoDir, inject.PodLabelsFile)),
 		inject.Arg(inject.FlagMetricsListen, fmt.Sprintf(":%d", o.metrics)),
 	}
-	var env []corev1.EnvVar
+	env := []corev1.EnvVar{{Name: inject.EnvName(inject.FlagPodName), ValueFrom: &corev1.EnvVarSource{
+		FieldRef: &corev1.ObjectFieldSelector{APIVersion: "v1", FieldPath: inject.PodNameFieldPath},
+	}}}
 	if c.RedisURL != "" {
 		u, _ := c.redisURL() // Validate checked it
 		args = append(args, inject.Arg(inject.FlagRedisURL, u))

@@ -95,7 +95,12 @@ func TestRedisSettings(t *testing.T) {
 			if got := c.Args[5:]; !reflect.DeepEqual(got, tc.wantArgs) && len(got)+len(tc.wantArgs) > 0 {
 				t.Errorf("redis args = %q, want %q", got, tc.wantArgs)
 			}
-			if gotEnv := len(c.Env) == 1 && c.Env[0].Name == inject.EnvRedisPassword && c.Env[0].ValueFrom.SecretKeyRef.Name == "s"; gotEnv != tc.wantEnv {
+			// The pod's name always comes first, from the downward API; the password only with a Secret.
+			if len(c.Env) == 0 || c.Env[0].Name != inject.EnvName(inject.FlagPodName) || c.Env[0].ValueFrom.FieldRef.FieldPath != "metadata.name" {
+				t.Fatalf("env = %+v, want %s from metadata.name first", c.Env, inject.EnvName(inject.FlagPodName))
+			}
+			rest := c.Env[1:]
+			if gotEnv := len(rest) == 1 && rest[0].Name == inject.EnvRedisPassword && rest[0].ValueFrom.SecretKeyRef.Name == "s"; gotEnv != tc.wantEnv {
 				t.Errorf("env = %+v, want the password env: %v", c.Env, tc.wantEnv)
 			}
 		})

@@ -125,7 +125,9 @@ func expectedSidecar() corev1.Container {
 			{Name: "sluice-http", ContainerPort: 8081, Protocol: corev1.ProtocolTCP},
 			{Name: "sluice-metrics", ContainerPort: 9090, Protocol: corev1.ProtocolTCP},
 		},
-		Env: []corev1.EnvVar{{Name: "SLUICE_REDIS_PASSWORD", ValueFrom: &corev1.EnvVarSource{SecretKeyRef: &corev1.SecretKeySelector{
+		Env: []corev1.EnvVar{{Name: "SLUICE_POD_NAME", ValueFrom: &corev1.EnvVarSource{
+			FieldRef: &corev1.ObjectFieldSelector{APIVersion: "v1", FieldPath: "metadata.name"},
+		}}, {Name: "SLUICE_REDIS_PASSWORD", ValueFrom: &corev1.EnvVarSource{SecretKeyRef: &corev1.SecretKeySelector{
 			LocalObjectReference: corev1.LocalObjectReference{Name: "sluice-redis"}, Key: "password", Optional: ptr.To(false),
 		}}}},
 		Resources: corev1.ResourceRequirements{

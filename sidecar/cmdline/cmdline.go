@@ -24,6 +24,7 @@ import (
 // Options are the sidecar's settings, as its flags and environment give them.
 type Options struct {
 	Listen, Upstream, Config, PodLabelsFile, PodLabels string
+	PodName                                            string
 	RedisURL                                           string
 	RedisTimeout                                       time.Duration
 	MetricsListen                                      string
@@ -50,6 +51,7 @@ func NewFlagSet(o *Options, h flag.ErrorHandling) *flag.FlagSet {
 	fs.StringVar(&o.Config, inject.FlagConfig, path.Join(inject.PoliciesDir, policy.DataKey), "rendered policies file; absent means no policies")
 	fs.StringVar(&o.PodLabelsFile, inject.FlagPodLabelsFile, path.Join(inject.PodInfoDir, inject.PodLabelsFile), "downward API labels file (key=\"value\" lines); empty for none")
 	fs.StringVar(&o.PodLabels, inject.FlagPodLabels, "", "pod labels as k=v,k2=v2; override the file's")
+	fs.StringVar(&o.PodName, inject.FlagPodName, "", "this pod's name (the webhook sets "+inject.EnvName(inject.FlagPodName)+" from the downward API); ranks the pod for its exact local share, which is 0 while empty and the policy lists its pods")
 	fs.StringVar(&o.RedisURL, inject.FlagRedisURL, "", "Redis URL ("+strings.Join(redisstore.URLSchemes(), "://, ")+"://); empty decides locally")
 	fs.DurationVar(&o.RedisTimeout, inject.FlagRedisTimeout, redisstore.DefaultTimeout, "budget of one Redis call")
 	fs.StringVar(&o.MetricsListen, inject.FlagMetricsListen, fmt.Sprintf(":%d", inject.DefaultMetricsPort), "address of /metrics, /healthz and /readyz")

@@ -58,9 +58,13 @@ type Rule struct {
 	Key    keys.Key
 	// Limit is the rule's limit, shared by every replica through Redis.
 	Limit limiter.Limit
-	// Local is this pod's share of Limit, used without Redis: Limit and Burst divided by
-	// max(1, replicas), rounded down, at least 1.
+	// Local is this pod's share of Limit, used without Redis (see LocalShare). When
+	// ZeroShare is set the pod holds no unit of the rule: Local is then a one-unit limit of the
+	// same window that LocalCost always exceeds, so the local store denies every request.
 	Local limiter.Limit
+	// ZeroShare is true when this pod's share of the rule is 0 units: the fleet's other pods
+	// hold the whole limit while Redis cannot decide, and this pod denies the rule locally.
+	ZeroShare bool
 	// Cost is the default cost; CostHeader, when set, may carry another (1..Capacity).
 	Cost       int64
 	CostHeader string
@@ -97,17 +101,32 @@ func (r *Rule) CostFrom(header keys.Header) int64 {
 
 // LocalCost is cost clamped to the local share's capacity: a request the shared limit could
 // admit is never refused outright (ReasonCostExceedsCapacity) because the share is smaller.
-func (r *Rule) LocalCost(cost int64) int64 { return min(cost, r.Local.Capacity()) }
+// A rule this pod holds no share of (ZeroShare) costs more than Local's capacity, which the
+// local store denies (ReasonCostExceedsCapacity, retry when the window resets) without
+// taking anything.
+func (r *Rule) LocalCost(cost int64) int64 {
+	if r.ZeroShare {
+		return r.Local.Capacity() + 1
+	}
+	return min(cost, r.Local.Capacity())
+}
 
-// Compile selects the policies of doc that match labels and compiles them. m provides the
-// metric handles.
+// Compile is CompileFor a pod whose name is not known: it holds the share of an unnamed pod,
+// or none of a policy that lists its pods.
 func Compile(doc *policy.Document, labels map[string]string, m *metrics.Metrics) (*Config, error) {
+	return CompileFor(doc, labels, "", m)
+}
+
+// CompileFor selects the policies of doc that match labels and compiles them for the pod
+// named podName (its rank in each policy's Pods gives its local shares; empty when the pod's
+// name is not known). m provides the metric handles.
+func CompileFor(doc *policy.Document, labels map[string]string, podName string, m *metrics.Metrics) (*Config, error) {
 	c := &Config{Present: true, Namespace: doc.Namespace, Labels: labels}
 	for _, p := range doc.Policies {
 		if !p.Selects(labels) {
 			continue
 		}
-		cp, err := compilePolicy(p, m)
+		cp, err := compilePolicy(p, podName, m)
 		if err != nil {
 			return nil, fmt.Errorf("policy %s: %w", p.Name, err)
 		}
@@ -116,7 +135,7 @@ func Compile(doc *policy.Document, labels map[string]string, m *metrics.Metrics)
 	return c, nil
 }
 
-func compilePolicy(p policy.Policy, m *metrics.Metrics) (*Policy, error) {
+func compilePolicy(p policy.Policy, podName string, m *metrics.Metrics) (*Policy, error) {
 	trusted, err := keys.ParseTrusted(p.TrustedProxies)
 	if err != nil {
 		return nil, fmt.Errorf("trustedProxies: %w", err)
@@ -144,13 +163,15 @@ func compilePolicy(p policy.Policy, m *metrics.Metrics) (*Policy, error) {
 		}
 		quoted := strconv.Quote(r.Name)           // rule names are DNS labels: a valid sf-string as is
 		window := max(CeilSeconds(lim.Window), 1) // the draft's w is a positive integer
+		local, zero := LocalShare(lim, p, podName)
 		cp.Rules = append(cp.Rules, &Rule{
 			Policy:      cp,
 			Name:        r.Name,
 			Match:       keys.CompileMatch(r.Match),
 			Key:         keys.CompileKey(p.Name, r.Name, r.Key, trusted),
 			Limit:       lim,
-			Local:       LocalShare(lim, p.Replicas),
+			Local:       local,
+			ZeroShare:   zero,
 			Cost:        max(r.Cost, 1),
 			CostHeader:  r.CostHeader,
 			Shadow:      r.Mode == policy.Shadow,
@@ -164,18 +185,27 @@ func compilePolicy(p policy.Policy, m *metrics.Metrics) (*Policy, error) {
 	return cp, nil
 }
 
-// LocalShare is one pod's share of lim among replicas pods: Limit and Burst divided by
-// max(1, replicas), rounded down and at least 1. Rounding down keeps the sum of the shares at
-// or below the shared limit, so an outage never admits more than the limit promised (at the
-// price of admitting less when the division is not exact); at least 1 keeps every pod
-// serving. The window, algorithm and MaxDelay stay: a bucket's rate is divided with Limit.
-func LocalShare(lim limiter.Limit, replicas int32) limiter.Limit {
-	n := max(int64(replicas), 1)
-	lim.Limit = max(lim.Limit/n, 1)
+// LocalShare is the share of lim the pod podName holds under p while Redis cannot decide:
+// Limit and Burst each split by policy.Policy.PodShare (by the pod's rank among p's Pods, so
+// that the fleet's shares sum to the limit and the burst exactly; 0 for a pod p does not list;
+// floor(limit/replicas) when p lists no pods). The window, algorithm and MaxDelay stay: a
+// bucket's rate is divided with Limit. zero is true when the pod holds no unit: its share of
+// Limit (or of Burst) is 0, and the returned limit is a valid one-unit stand-in that
+// Rule.LocalCost makes deny.
+func LocalShare(lim limiter.Limit, p policy.Policy, podName string) (share limiter.Limit, zero bool) {
+	share = lim
+	share.Limit = p.PodShare(lim.Limit, podName)
 	if lim.Burst > 0 {
-		lim.Burst = max(lim.Burst/n, 1)
+		share.Burst = p.PodShare(lim.Burst, podName)
 	}
-	return lim
+	if share.Limit == 0 || (lim.Burst > 0 && share.Burst == 0) {
+		share.Limit = 1
+		if lim.Burst > 0 {
+			share.Burst = 1
+		}
+		return share, true
+	}
+	return share, false
 }
 
 // CeilSeconds is d in whole seconds, rounded up; 0 for d <= 0. Every second count the sidecar

@@ -50,25 +50,127 @@ func TestParseLabelList(t *testing.T) {
 
 func TestLocalShare(t *testing.T) {
 	tb := limiter.Limit{Algorithm: limiter.TokenBucket, Limit: 100, Window: time.Minute, Burst: 30}
-	tests := []struct {
-		replicas          int32
-		wantLimit, wantBu int64
-	}{
-		{0, 100, 30}, {1, 100, 30}, {3, 33, 10}, {7, 14, 4}, {40, 2, 1}, {1000, 1, 1},
+	ranked := func(names ...string) policy.Policy {
+		return policy.Policy{Replicas: int32(len(names)), Pods: append([]string{}, names...)}
 	}
-	for _, tc := range tests {
-		got := LocalShare(tb, tc.replicas)
-		if got.Limit != tc.wantLimit || got.Burst != tc.wantBu || got.Window != tb.Window {
-			t.Errorf("replicas %d: %+v, want limit %d burst %d", tc.replicas, got, tc.wantLimit, tc.wantBu)
-		}
-		if err := got.Validate(); err != nil {
-			t.Errorf("replicas %d: %v", tc.replicas, err)
-		}
+	tests := map[string]struct {
+		p                 policy.Policy
+		pod               string
+		wantLimit, wantBu int64
+		wantZero          bool
+	}{
+		"unnamed, no replicas":      {policy.Policy{}, "", 100, 30, false},
+		"unnamed, one replica":      {policy.Policy{Replicas: 1}, "a", 100, 30, false},
+		"unnamed, 3 replicas":       {policy.Policy{Replicas: 3}, "", 33, 10, false},
+		"unnamed, 40 replicas":      {policy.Policy{Replicas: 40}, "", 2, 0, true}, // burst 30/40 is 0
+		"unnamed, 1000 replicas":    {policy.Policy{Replicas: 1000}, "", 0, 0, true},
+		"rank 0 of 3":               {ranked("a", "b", "c"), "a", 34, 10, false},
+		"rank 2 of 3":               {ranked("a", "b", "c"), "c", 33, 10, false},
+		"rank 29 of 40":             {ranked(podNames(40)...), podNames(40)[29], 2, 1, false},
+		"rank 30 of 40":             {ranked(podNames(40)...), podNames(40)[30], 2, 0, true},
+		"not listed":                {ranked("a", "b"), "z", 0, 0, true},
+		"no name, pods listed":      {ranked("a", "b"), "", 0, 0, true},
+		"listed, but no ready pods": {ranked(), "a", 0, 0, true},
+	}
+	for name, tc := range tests {
+		t.Run(name, func(t *testing.T) {
+			got, zero := LocalShare(tb, tc.p, tc.pod)
+			if zero != tc.wantZero || got.Window != tb.Window {
+				t.Fatalf("%+v, zero %v; want zero %v", got, zero, tc.wantZero)
+			}
+			if err := got.Validate(); err != nil {
+				t.Fatal(err)
+			}
+			if !zero && (got.Limit != tc.wantLimit || got.Burst != tc.wantBu) {
+				t.Errorf("%+v, want limit %d burst %d", got, tc.wantLimit, tc.wantBu)
+			}
+		})
 	}
 	fw := limiter.Limit{Algorithm: limiter.FixedWindow, Limit: 10, Window: time.Second}
-	if got := LocalShare(fw, 4); got.Limit != 2 || got.Burst != 0 {
+	if got, zero := LocalShare(fw, policy.Policy{Replicas: 4}, ""); zero || got.Limit != 2 || got.Burst != 0 {
 		t.Errorf("fixed window share %+v", got)
 	}
+}
+
+// TestRankedSharesSumToTheLimit: over the pods a policy lists, the local shares of a rule
+// (limit and burst) sum to the shared limit exactly, for every algorithm, whatever the number
+// of pods, including more pods than units.
+func TestRankedSharesSumToTheLimit(t *testing.T) {
+	for _, alg := range []limiter.Algorithm{limiter.FixedWindow, limiter.TokenBucket} {
+		for _, limit := range []int64{1, 2, 5, 6, 7, 100, 1000} {
+			for _, n := range []int{1, 2, 3, 4, 5, 7, 20, 64, 250} {
+				lim := limiter.Limit{Algorithm: alg, Limit: limit, Window: time.Minute}
+				if alg == limiter.TokenBucket {
+					lim.Burst = limit
+				}
+				p := policy.Policy{Replicas: int32(n), Pods: podNames(n)}
+				var sumLimit, sumBurst int64
+				for _, pod := range p.Pods {
+					share, zero := LocalShare(lim, p, pod)
+					if zero {
+						continue
+					}
+					sumLimit += share.Limit
+					sumBurst += share.Burst
+				}
+				wantBurst := lim.Burst
+				if sumLimit != limit || sumBurst != wantBurst {
+					t.Errorf("%s limit %d over %d pods: shares sum to %d (burst %d), want %d (burst %d)",
+						alg, limit, n, sumLimit, sumBurst, limit, wantBurst)
+				}
+			}
+		}
+	}
+}
+
+// TestZeroShareDenies: a rule this pod holds no unit of is denied by the local store, with a
+// retry no later than the window, and taking nothing.
+func TestZeroShareDenies(t *testing.T) {
+	for _, alg := range []string{"FixedWindow", "SlidingWindowCounter", "SlidingWindowLog", "TokenBucket"} {
+		t.Run(alg, func(t *testing.T) {
+			doc, err := policy.Parse(st.Doc(t, st.Policy("api", []policy.Rule{st.Rule("r", 2, time.Minute, func(r *policy.Rule) {
+				r.Algorithm = alg
+				if alg != "TokenBucket" {
+					r.Burst = 0
+				}
+			})}, func(p *policy.Policy) { p.Replicas, p.Pods = 4, []string{"a", "b", "c", "d"} })))
+			if err != nil {
+				t.Fatal(err)
+			}
+			store := limiter.NewMemoryStore(limiter.MemoryStoreOptions{})
+			now := time.Unix(1_700_000_000, 0)
+			for pod, wantAdmit := range map[string]int{"a": 1, "b": 1, "c": 0, "d": 0, "new": 0} {
+				c, err := CompileFor(doc, nil, pod, metrics.New())
+				if err != nil {
+					t.Fatal(err)
+				}
+				r := c.Policies[0].Rules[0]
+				admitted := 0
+				for range 5 {
+					res, err := store.Take(t.Context(), pod, r.Local, r.LocalCost(r.Cost), now)
+					if err != nil {
+						t.Fatal(err)
+					}
+					if res.Allowed {
+						admitted++
+					} else if wantAdmit == 0 && (res.RetryAfter > time.Minute || res.ResetAfter > time.Minute) {
+						t.Errorf("pod %s: retry after %s, reset after %s; want within the window", pod, res.RetryAfter, res.ResetAfter)
+					}
+				}
+				if admitted != wantAdmit || r.ZeroShare != (wantAdmit == 0) {
+					t.Errorf("pod %s admitted %d of 5 (zero share %v), want %d", pod, admitted, r.ZeroShare, wantAdmit)
+				}
+			}
+		})
+	}
+}
+
+func podNames(n int) []string {
+	names := make([]string, n)
+	for i := range names {
+		names[i] = fmt.Sprintf("pod-%04d", i)
+	}
+	return names
 }
 
 func TestLoader(t *testing.T) {
@@ -226,4 +328,94 @@ func TestRunRechecksOnItsClock(t *testing.T) {
 		}
 		return nil
 	})
+}
+
+// bigDoc is a namespace of n policies of 64 rules each, every one selecting the pod.
+func bigDoc(t testing.TB, n int) *policy.Document {
+	t.Helper()
+	d := &policy.Document{Version: policy.Version, Namespace: "big", Policies: []policy.Policy{}}
+	for i := range n {
+		rules := make([]policy.Rule, 64)
+		for j := range rules {
+			rules[j] = st.Rule(fmt.Sprintf("p%02d-rule-%02d", i, j), int64(10+j), time.Duration(1+j)*time.Second, func(r *policy.Rule) {
+				r.Match = &policy.Match{PathPrefix: fmt.Sprintf("/api/v1/tenant-%02d/resource-%02d", i, j), Methods: []string{"GET", "POST"}}
+				r.Key = append(r.Key, policy.KeyPart{Source: policy.SourceHeader, Name: "X-Tenant"})
+			})
+		}
+		d.Policies = append(d.Policies, st.Policy(fmt.Sprintf("policy-%02d", i), rules))
+	}
+	return d
+}
+
+// TestLoaderReadsTheCompressedForm: a namespace too large for the plain form is written as
+// kubelet projects the ConfigMap (the envelope in policies.json, the gzip beside it in
+// policies.json.gz, swapped in together through ..data), loads, and swaps with the plain form
+// either way; an envelope whose compressed file does not match is refused and the
+// configuration in use stays.
+func TestLoaderReadsTheCompressedForm(t *testing.T) {
+	vol := st.NewAtomicDir(t)
+	l := NewLoader(vol.Path(policy.DataKey), "", nil, metrics.New(), slog.New(slog.NewJSONHandler(io.Discard, nil)))
+	write := func(p *policy.Payload) {
+		t.Helper()
+		files := map[string][]byte{}
+		for k, v := range p.Data {
+			files[k] = []byte(v)
+		}
+		maps.Copy(files, p.BinaryData)
+		vol.Write(t, files)
+	}
+	big, err := policy.Encode(bigDoc(t, 60))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if big.BinaryData == nil || big.Size() > policy.MaxConfigMapBytes {
+		t.Fatalf("60 x 64 rules: plain %d bytes, payload %d bytes, compressed %v", big.Plain, big.Size(), big.BinaryData != nil)
+	}
+	t.Logf("60 policies x 64 rules: %d bytes plain, %d bytes compressed", big.Plain, big.Size())
+	write(big)
+	if err := l.Load(); err != nil || len(l.Current().Policies) != 60 || len(l.Current().Policies[59].Rules) != 64 {
+		t.Fatalf("compressed: err %v, %d policies", err, len(l.Current().Policies))
+	}
+	small, err := policy.Encode(bigDoc(t, 2))
+	if err != nil || small.BinaryData != nil {
+		t.Fatalf("2 policies compressed: %v", err)
+	}
+	write(small)
+	if err := l.Load(); err != nil || len(l.Current().Policies) != 2 {
+		t.Fatalf("plain again: err %v, %d policies", err, len(l.Current().Policies))
+	}
+	write(big)
+	if err := l.Load(); err != nil || len(l.Current().Policies) != 60 {
+		t.Fatalf("compressed again: err %v, %d policies", err, len(l.Current().Policies))
+	}
+	gen := l.Current().Generation
+	torn := *big
+	torn.BinaryData = map[string][]byte{policy.CompressedKey: small.BinaryData[policy.CompressedKey]}
+	other, _ := policy.Encode(bigDoc(t, 30))
+	torn.BinaryData[policy.CompressedKey] = other.BinaryData[policy.CompressedKey]
+	write(&torn)
+	if err := l.Load(); err == nil || l.Current().Generation != gen {
+		t.Fatalf("torn pair: err %v, generation %d (was %d)", err, l.Current().Generation, gen)
+	}
+}
+
+func BenchmarkLoadCompressed(b *testing.B) {
+	vol := st.NewAtomicDir(b)
+	p, err := policy.Encode(bigDoc(b, 80))
+	if err != nil {
+		b.Fatal(err)
+	}
+	files := map[string][]byte{policy.DataKey: []byte(p.Data[policy.DataKey])}
+	maps.Copy(files, p.BinaryData)
+	vol.Write(b, files)
+	b.ReportAllocs()
+	b.ReportMetric(float64(p.Plain), "plain-bytes")
+	for i := 0; b.Loop(); i++ {
+		// A different pod name each time: the loader compiles anew rather than skipping.
+		l := NewLoader(vol.Path(policy.DataKey), "", nil, metrics.New(), slog.New(slog.NewJSONHandler(io.Discard, nil)))
+		l.PodName = strconv.Itoa(i)
+		if err := l.Load(); err != nil {
+			b.Fatal(err)
+		}
+	}
 }

@@ -41,6 +41,9 @@ type Loader struct {
 	LabelsPath string
 	// Labels are static labels (--pod-labels); they override the file's.
 	Labels map[string]string
+	// PodName is this pod's name (--pod-name), which ranks it among a policy's pods for its
+	// local shares; empty when not known.
+	PodName string
 	// Recheck is the period of the re-read that backs up file events.
 	Recheck time.Duration
 	// Clock ticks the re-read; nil means the real clock.
@@ -102,14 +105,23 @@ func (l *Loader) load() error {
 	} else if err != nil {
 		return fmt.Errorf("reading %s: %w", l.ConfigPath, err)
 	}
-	hash := inputHash(present, data, labelData, l.Labels)
+	// A compressed document is an envelope naming the file beside it (kubelet projects every
+	// key of the ConfigMap, binaryData included, into the same directory and swaps them together).
+	var compressed []byte
+	if _, ok := policy.CompressedFile(data); present && ok {
+		// The one name an envelope may give (CompressedFile checks it), never a path from the file.
+		if compressed, err = os.ReadFile(filepath.Join(filepath.Dir(l.ConfigPath), policy.CompressedKey)); err != nil {
+			return fmt.Errorf("reading the compressed policies %s: %w", policy.CompressedKey, err)
+		}
+	}
+	hash := inputHash(present, data, compressed, labelData, l.Labels, l.PodName)
 	if l.ready.Load() && l.current.Load().hash == hash {
 		return nil // unchanged
 	}
 	if hash == l.failed {
 		return nil // the same bad input as before: logged and counted once
 	}
-	next, err := l.compile(present, data, labelData)
+	next, err := l.compile(present, data, compressed, labelData)
 	if err != nil {
 		l.failed = hash
 		return err
@@ -138,7 +150,7 @@ func (l *Loader) load() error {
 	return nil
 }
 
-func (l *Loader) compile(present bool, data, labelData []byte) (*Config, error) {
+func (l *Loader) compile(present bool, data, compressed, labelData []byte) (*Config, error) {
 	labels := map[string]string{}
 	if labelData != nil {
 		var err error
@@ -150,18 +162,21 @@ func (l *Loader) compile(present bool, data, labelData []byte) (*Config, error) 
 	if !present {
 		return &Config{Labels: labels}, nil
 	}
-	doc, err := policy.Parse(data)
+	doc, err := policy.Decode(data, compressed)
 	if err != nil {
 		return nil, err
 	}
-	return Compile(doc, labels, l.Metrics)
+	return CompileFor(doc, labels, l.PodName, l.Metrics)
 }
 
-func inputHash(present bool, data, labelData []byte, labels map[string]string) string {
+func inputHash(present bool, data, compressed, labelData []byte, labels map[string]string, podName string) string {
 	h := sha256.New()
+	fmt.Fprintf(h, "%d:%s", len(podName), podName)
 	if present {
 		fmt.Fprintf(h, "%d:", len(data))
 		h.Write(data)
+		fmt.Fprintf(h, "\x00%d:", len(compressed))
+		h.Write(compressed)
 	}
 	fmt.Fprintf(h, "\x00%d:", len(labelData))
 	h.Write(labelData)
