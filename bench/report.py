@@ -306,6 +306,10 @@ def results(out):
         "killed, restarted, paused and resumed.",
         "",
     ]
+    # Sections a benchmark writes whole, in the order of their file names.
+    for name in sorted(os.listdir(out)):
+        if name.startswith("section-") and name.endswith(".md"):
+            lines += open(os.path.join(out, name)).read().rstrip("\n").split("\n") + [""]
     sys.stdout.write("\n".join(lines))
 
 

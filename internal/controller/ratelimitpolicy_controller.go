@@ -10,6 +10,8 @@ import (
 	"reflect"
 	"slices"
 	"strings"
+	"sync"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -22,6 +24,7 @@ import (
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/builder"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	crcontroller "sigs.k8s.io/controller-runtime/pkg/controller"
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 	"sigs.k8s.io/controller-runtime/pkg/event"
 	"sigs.k8s.io/controller-runtime/pkg/handler"
@@ -50,8 +53,16 @@ type RateLimitPolicyReconciler struct {
 	// MaxBytes bounds the ConfigMap's data and binaryData; zero is policy.MaxConfigMapBytes,
 	// the API server's limit.
 	MaxBytes int
+	// RenderInterval is the least time between two content changes of one namespace's
+	// ConfigMap: a change within it is held back and written, newest state, when it ends, so a
+	// rolling update costs the kubelets one volume sync per interval rather than one per pod
+	// event. Zero writes every change at once.
+	RenderInterval time.Duration
 
 	fitter render.Fitter
+	mu     sync.Mutex
+	// written is when each namespace's ConfigMap content last changed by this reconciler.
+	written map[string]time.Time
 }
 
 // +kubebuilder:rbac:groups=sluice.dev,resources=ratelimitpolicies,verbs=get;list;watch
@@ -82,7 +93,23 @@ func (r *RateLimitPolicyReconciler) Reconcile(ctx context.Context, req ctrl.Requ
 		return ctrl.Result{}, err
 	}
 
+	if wait, err := r.holdBack(ctx, ns, payload); err != nil || wait > 0 {
+		// Statuses wait too: they report the content the ConfigMap holds.
+		return ctrl.Result{RequeueAfter: wait}, err
+	}
 	changed, hash, renderErr := r.writeConfigMap(ctx, doc, payload, list.Items)
+	if changed {
+		r.mu.Lock()
+		if r.written == nil {
+			r.written = map[string]time.Time{}
+		}
+		if len(list.Items) == 0 {
+			delete(r.written, ns)
+		} else {
+			r.written[ns] = r.Clock.Now()
+		}
+		r.mu.Unlock()
+	}
 	if renderErr == nil && changed {
 		log.Info("Rendered policies", "namespace", ns, "configMap", policy.ConfigMapName, "policies", len(doc.Policies),
 			"bytes", payload.Size(), "compressed", payload.BinaryData != nil, "hash", hash)
@@ -102,6 +129,33 @@ func (r *RateLimitPolicyReconciler) Reconcile(ctx context.Context, req ctrl.Requ
 		}
 	}
 	return ctrl.Result{}, errors.Join(errs...)
+}
+
+// holdBack returns how long to wait before writing payload into ns's ConfigMap: zero unless
+// its content changed less than RenderInterval ago and payload would change it again.
+func (r *RateLimitPolicyReconciler) holdBack(ctx context.Context, ns string, payload *policy.Payload) (time.Duration, error) {
+	if r.RenderInterval <= 0 {
+		return 0, nil
+	}
+	r.mu.Lock()
+	last, ok := r.written[ns]
+	r.mu.Unlock()
+	wait := r.RenderInterval - r.Clock.Since(last)
+	if !ok || wait <= 0 {
+		return 0, nil
+	}
+	var cm corev1.ConfigMap
+	err := r.Get(ctx, types.NamespacedName{Namespace: ns, Name: policy.ConfigMapName}, &cm)
+	if apierrors.IsNotFound(err) {
+		return 0, nil // nothing to protect: a namespace's first file goes out at once
+	}
+	if err != nil {
+		return 0, err
+	}
+	if cm.Annotations[policy.HashAnnotation] == payload.Hash {
+		return 0, nil // same content: owners and statuses may still need a write
+	}
+	return wait, nil
 }
 
 // writeConfigMap makes the namespace's ConfigMap hold doc, owned by every live policy, and
@@ -292,6 +346,21 @@ func (s podSet) Ready(sel labels.Selector) ([]string, int32) {
 	return names, int32(len(names))
 }
 
+// Fingerprint summarises what Ready and Shared answer from: each pod's name, labels, readiness
+// and deletion, in the order the list gave them.
+func (s podSet) Fingerprint() string {
+	var b strings.Builder
+	for i := range s {
+		p := &s[i]
+		fmt.Fprintf(&b, "%s\x00%t\x00%t\x00", p.Name, isReady(p), p.DeletionTimestamp.IsZero())
+		for _, k := range slices.Sorted(maps.Keys(p.Labels)) {
+			fmt.Fprintf(&b, "%s=%s\x00", k, p.Labels[k])
+		}
+		b.WriteByte('\n')
+	}
+	return b.String()
+}
+
 func (s podSet) Shared(a, b labels.Selector) bool {
 	for i := range s {
 		if s[i].DeletionTimestamp.IsZero() && a.Matches(labels.Set(s[i].Labels)) && b.Matches(labels.Set(s[i].Labels)) {
@@ -329,6 +398,17 @@ func podUpdateMatters(e event.UpdateEvent) bool {
 		uninjectedPod(oldPod) != uninjectedPod(newPod) || isDone(oldPod) != isDone(newPod)
 }
 
+// Workers is how many namespaces the controller renders at once.
+const Workers = 4
+
+// policyUpdateMatters reports whether a policy update can change the rendering: its spec
+// (generation) or its deletion. The reconciler's own status patches are filtered out, so that
+// a namespace of large policies is not rendered again for each status it wrote.
+func policyUpdateMatters(e event.UpdateEvent) bool {
+	return e.ObjectOld.GetGeneration() != e.ObjectNew.GetGeneration() ||
+		e.ObjectOld.GetDeletionTimestamp().IsZero() != e.ObjectNew.GetDeletionTimestamp().IsZero()
+}
+
 // SetupWithManager watches what the rendering derives from: policies, pods (their labels and
 // readiness) and the rendered ConfigMaps, each mapped to its namespace's request.
 func (r *RateLimitPolicyReconciler) SetupWithManager(mgr ctrl.Manager) error {
@@ -341,7 +421,10 @@ func (r *RateLimitPolicyReconciler) SetupWithManager(mgr ctrl.Manager) error {
 	rendered := predicate.NewPredicateFuncs(func(o client.Object) bool { return o.GetName() == policy.ConfigMapName })
 	return ctrl.NewControllerManagedBy(mgr).
 		Named("ratelimitpolicy").
-		Watches(&v1alpha1.RateLimitPolicy{}, toNamespace).
+		// Requests are namespaces, never one namespace twice at once: several workers keep a
+		// namespace of large policies, whose render takes longest, from holding up the others.
+		WithOptions(crcontroller.Options{MaxConcurrentReconciles: Workers}).
+		Watches(&v1alpha1.RateLimitPolicy{}, toNamespace, builder.WithPredicates(predicate.Funcs{UpdateFunc: policyUpdateMatters})).
 		Watches(&corev1.Pod{}, toNamespace, builder.WithPredicates(predicate.Funcs{UpdateFunc: podUpdateMatters})).
 		Watches(&corev1.ConfigMap{}, toNamespace, builder.WithPredicates(rendered)).
 		Complete(r)

@@ -6,7 +6,9 @@
 package render
 
 import (
+	"crypto/sha256"
 	"fmt"
+	"maps"
 	"net/textproto"
 	"slices"
 	"strings"
@@ -249,27 +251,44 @@ func BuildFit(namespace string, policies []v1alpha1.RateLimitPolicy, pods Pods, 
 }
 
 // Fitter is BuildFit with a memory: it remembers each namespace's last result, so that a
-// reconcile whose document has not changed (a status update, an unrelated pod) neither
-// compresses nor searches again. The zero value is ready; safe for concurrent use.
+// reconcile whose inputs have not changed (a status update, an event of the ConfigMap it
+// wrote) neither compiles, encodes, compresses nor searches again, and one whose document has
+// not changed does not compress or search. The zero value is ready; safe for concurrent use.
 type Fitter struct {
 	mu   sync.Mutex
 	last map[string]fitted
 }
 
 type fitted struct {
-	key      string
+	input    string // fingerprint of the inputs, "" when pods give none
+	key      string // hash of the document, the bound and the order
 	doc      *policy.Document
 	payload  *policy.Payload
+	verdicts map[string]Verdict
 	left     []string
 	full     int
 	accepted int
 }
 
-// BuildFit is the package's BuildFit, reusing the namespace's last Fit when the document,
-// the order and the bound are the same.
+// Fingerprinter is a Pods that can summarise, in a string, everything Ready and Shared
+// answer from: two equal fingerprints give equal answers.
+type Fingerprinter interface {
+	Fingerprint() string
+}
+
+// BuildFit is the package's BuildFit, reusing the namespace's last result when the inputs are
+// the same (policies by name, UID, generation, age and deletion; pods by fingerprint, when
+// they have one), and its last Fit when the document, the order and the bound are.
 func (f *Fitter) BuildFit(namespace string, policies []v1alpha1.RateLimitPolicy, pods Pods, maxBytes int) (*policy.Document, *policy.Payload, map[string]Verdict, error) {
 	if maxBytes <= 0 {
 		maxBytes = policy.MaxConfigMapBytes
+	}
+	input := inputFingerprint(policies, pods, maxBytes)
+	f.mu.Lock()
+	r, ok := f.last[namespace]
+	f.mu.Unlock()
+	if ok && input != "" && r.input == input {
+		return r.doc, r.payload, maps.Clone(r.verdicts), nil
 	}
 	doc, verdicts := Build(namespace, policies, pods)
 	var byAge []string
@@ -283,21 +302,12 @@ func (f *Fitter) BuildFit(namespace string, policies []v1alpha1.RateLimitPolicy,
 		return nil, nil, nil, err
 	}
 	key := fmt.Sprintf("%s\x00%d\x00%s", policy.Hash(plain), maxBytes, strings.Join(byAge, ","))
-	f.mu.Lock()
-	r, ok := f.last[namespace]
-	f.mu.Unlock()
 	if !ok || r.key != key {
 		kept, payload, left, full, err := Fit(doc, byAge, maxBytes)
 		if err != nil {
 			return nil, nil, nil, err
 		}
 		r = fitted{key: key, doc: kept, payload: payload, left: left, full: full, accepted: len(byAge)}
-		f.mu.Lock()
-		if f.last == nil {
-			f.last = map[string]fitted{}
-		}
-		f.last[namespace] = r
-		f.mu.Unlock()
 	}
 	for _, name := range r.left {
 		v := verdicts[name]
@@ -307,7 +317,29 @@ func (f *Fitter) BuildFit(namespace string, policies []v1alpha1.RateLimitPolicy,
 			r.accepted, size(r.full), size(r.full-maxBytes), size(maxBytes), len(r.left), r.accepted-len(r.left))
 		verdicts[name] = v
 	}
-	return r.doc, r.payload, verdicts, nil
+	r.input, r.verdicts = input, verdicts
+	f.mu.Lock()
+	if f.last == nil {
+		f.last = map[string]fitted{}
+	}
+	f.last[namespace] = r
+	f.mu.Unlock()
+	return r.doc, r.payload, maps.Clone(verdicts), nil
+}
+
+// inputFingerprint is what BuildFit's result depends on, or "" when pods cannot say.
+func inputFingerprint(policies []v1alpha1.RateLimitPolicy, pods Pods, maxBytes int) string {
+	fp, ok := pods.(Fingerprinter)
+	if !ok {
+		return ""
+	}
+	h := sha256.New()
+	fmt.Fprintf(h, "%d\x00%s\x00", maxBytes, fp.Fingerprint())
+	for i := range policies {
+		p := &policies[i]
+		fmt.Fprintf(h, "%s\x00%s\x00%d\x00%d\x00%t\x00", p.Name, p.UID, p.Generation, p.CreationTimestamp.UnixNano(), p.DeletionTimestamp.IsZero())
+	}
+	return string(h.Sum(nil))
 }
 
 // Forget drops a namespace's remembered result.
@@ -414,6 +446,9 @@ func (n FixedReplicas) Ready(labels.Selector) ([]string, int32) { return nil, in
 // Shared reports false: offline, no pod is known.
 func (FixedReplicas) Shared(_, _ labels.Selector) bool { return false }
 
+// Fingerprint is the number of pods: all FixedReplicas answers depend on.
+func (n FixedReplicas) Fingerprint() string { return fmt.Sprintf("replicas:%d", n) }
+
 // NamedPods answers Build for offline rendering for ready pods of these names, as the
 // controller would if every one of them were selected by every policy: each policy lists them
 // all (sorted), and any two policies share them, so a rule name two policies both define is a
@@ -431,6 +466,9 @@ func (p NamedPods) Ready(labels.Selector) ([]string, int32) {
 
 // Shared reports whether there is a pod.
 func (p NamedPods) Shared(_, _ labels.Selector) bool { return len(p) > 0 }
+
+// Fingerprint is the names.
+func (p NamedPods) Fingerprint() string { return "names:" + strings.Join(p, "\x00") }
 
 // The label on every ConfigMap the controller writes; the manager caches only those.
 const (

@@ -2,6 +2,8 @@ package render
 
 import (
 	"encoding/json"
+	"fmt"
+	"math/rand/v2"
 	"os"
 	"path/filepath"
 	"slices"
@@ -134,4 +136,117 @@ func TestAPIEnumsAreTheFormatsVocabulary(t *testing.T) {
 			}
 		})
 	}
+}
+
+// bigPolicies are n policies of 64 rules, each rule's match carrying junk random hex bytes
+// that gzip cannot shrink below half: about 130 KiB compressed per policy with junk 4000.
+func bigPolicies(n, junk int) []v1alpha1.RateLimitPolicy {
+	rnd := rand.New(rand.NewPCG(1, 2))
+	hexs := func(k int) string {
+		const digits = "0123456789abcdef"
+		b := make([]byte, k)
+		for i := range b {
+			b[i] = digits[rnd.IntN(16)]
+		}
+		return string(b)
+	}
+	var out []v1alpha1.RateLimitPolicy
+	for i := range n {
+		p := v1alpha1.RateLimitPolicy{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: fmt.Sprintf("big-%02d", i),
+			CreationTimestamp: metav1.Unix(int64(1770000000+i), 0)}}
+		p.Spec.PodSelector = metav1.LabelSelector{MatchLabels: map[string]string{"app": "web"}}
+		for j := range 64 {
+			r := v1alpha1.Rule{Name: fmt.Sprintf("%s-r%02d", p.Name, j), Key: []v1alpha1.KeyPart{{ClientIP: &v1alpha1.ClientIPKey{}}},
+				Algorithm: v1alpha1.TokenBucket, Limit: int64(10 + j), Window: "1m",
+				Match: &v1alpha1.RuleMatch{PathPrefix: "/api/" + hexs(junk/4)}}
+			for h := range 3 {
+				r.Match.Headers = append(r.Match.Headers, v1alpha1.HeaderMatch{Name: v1alpha1.HeaderName(fmt.Sprintf("x-h%d", h)), Value: hexs(junk / 4)})
+			}
+			p.Spec.Rules = append(p.Spec.Rules, r)
+		}
+		out = append(out, p)
+	}
+	return out
+}
+
+// BenchmarkBuildFit is a reconcile's rendering of a namespace 10 policies of which do not fit:
+// "miss" renders after a change (a policy deleted), "hit" after an event that changed nothing.
+func BenchmarkBuildFit(b *testing.B) {
+	policies := bigPolicies(10, 4000)
+	b.Run("miss", func(b *testing.B) {
+		for i := 0; b.Loop(); i++ {
+			var f Fitter
+			if _, _, v, err := f.BuildFit("ns", policies[i%2:], FixedReplicas(3), 0); err != nil || !v[policies[9].Name].TooLarge {
+				b.Fatal(err, v[policies[9].Name])
+			}
+		}
+	})
+	b.Run("hit", func(b *testing.B) {
+		var f Fitter
+		if _, _, _, err := f.BuildFit("ns", policies, FixedReplicas(3), 0); err != nil {
+			b.Fatal(err)
+		}
+		for b.Loop() {
+			if _, _, _, err := f.BuildFit("ns", policies, FixedReplicas(3), 0); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+}
+
+// TestFitterRemembers checks that the Fitter's memory returns what a fresh BuildFit returns,
+// and forgets on every input that matters: a deleted policy brings the next one in, a changed
+// generation or pod set renders again.
+func TestFitterRemembers(t *testing.T) {
+	policies := bigPolicies(6, 4000) // each over CompressThreshold plain, as a bound below it makes no sense
+	// Room for three and a half policies of the compressed form.
+	_, all, _, err := BuildFit("ns", policies, FixedReplicas(2), 0)
+	if err != nil || all.BinaryData == nil {
+		t.Fatal(err, "or not compressed")
+	}
+	maxBytes := all.Size() / 6 * 7 / 2
+	var f Fitter
+	check := func(name string, policies []v1alpha1.RateLimitPolicy, pods Pods, wantIn []string) map[string]Verdict {
+		t.Helper()
+		doc, payload, verdicts, err := f.BuildFit("ns", policies, pods, maxBytes)
+		if err != nil {
+			t.Fatal(err)
+		}
+		fdoc, fpayload, fverdicts, err := BuildFit("ns", policies, pods, maxBytes)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if payload.Hash != fpayload.Hash || len(verdicts) != len(fverdicts) {
+			t.Fatalf("%s: remembered payload %.12s (%d verdicts), fresh %.12s (%d)", name, payload.Hash, len(verdicts), fpayload.Hash, len(fverdicts))
+		}
+		for n, v := range fverdicts {
+			if (verdicts[n].Err == nil) != (v.Err == nil) || verdicts[n].TooLarge != v.TooLarge || verdicts[n].MatchedPods != v.MatchedPods {
+				t.Fatalf("%s: %s remembered %+v, fresh %+v", name, n, verdicts[n], v)
+			}
+		}
+		var got []string
+		for _, p := range doc.Policies {
+			got = append(got, p.Name)
+		}
+		if !slices.Equal(got, wantIn) || len(fdoc.Policies) != len(wantIn) {
+			t.Fatalf("%s: rendered %v, want %v", name, got, wantIn)
+		}
+		return verdicts
+	}
+	t.Logf("six policies: %d bytes, bound %d", all.Size(), maxBytes)
+	v := check("first", policies, FixedReplicas(2), []string{"big-00", "big-01", "big-02"})
+	if !v["big-03"].TooLarge || v["big-03"].MatchedPods != 2 {
+		t.Fatalf("big-03: %+v", v["big-03"])
+	}
+	check("same again", policies, FixedReplicas(2), []string{"big-00", "big-01", "big-02"})
+	check("oldest deleted", policies[1:], FixedReplicas(2), []string{"big-01", "big-02", "big-03"})
+	v = check("pods changed", policies[1:], FixedReplicas(5), []string{"big-01", "big-02", "big-03"})
+	if v["big-01"].MatchedPods != 5 {
+		t.Fatalf("big-01 after the pods changed: %+v", v["big-01"])
+	}
+	edited := slices.Clone(policies[1:])
+	edited[0] = *edited[0].DeepCopy()
+	edited[0].Spec.Rules = edited[0].Spec.Rules[:1]
+	edited[0].Generation++
+	check("oldest shrunk", edited, FixedReplicas(5), []string{"big-01", "big-02", "big-03", "big-04"})
 }
