@@ -522,7 +522,7 @@ type preloadHook struct{ b *batcher }
 func (h preloadHook) DialHook(next redis.DialHook) redis.DialHook {
 	return func(ctx context.Context, network, addr string) (net.Conn, error) {
 		conn, err := next(ctx, network, addr)
-		if err == nil {
+		if _, dead := conn.(*deadConn); err == nil && !dead {
 			h.b.preload()
 		}
 		return conn, err

@@ -31,7 +31,7 @@ import (
 //   - connections idle for ClientOptions.IdleTimeout are closed (idleCloser), so a quiet pod
 //     holds none; the next call dials again;
 //   - a failed dial keeps the node's dials back for a jittered, exponentially growing time
-//     (dialGate): callers fail at once meanwhile (and fall back), and a fleet whose Redis
+//     (nodeConns.dial): callers fail at once meanwhile (and fall back), and a fleet whose Redis
 //     restarts redials spread over up to MaxDialBackoff rather than in the same millisecond.
 
 // MaxConns is the most connections a Store's client holds to one Redis node, and the most round
@@ -131,27 +131,19 @@ func (d *dialer) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.Proce
 	return next
 }
 
-// dial dials through next unless the node is in backoff. A dial in backoff fails at once when
-// the caller's deadline comes before the backoff ends, and otherwise waits for it: go-redis's
-// own probe of a node that keeps failing (a background dial once a second, deadline
-// DialTimeout) then waits for the jittered instant too, instead of the fleet's probes all
-// landing on the same second.
+// dial dials through next unless the node is in backoff, which a failed dial starts. A dial in
+// backoff, and a failed one, "succeed" with a deadConn that fails the connection's handshake
+// with the reason: the caller fails at once (and falls back), and go-redis's pool does not
+// count a dial error. It would otherwise, after PoolSize of them, refuse every dial until a
+// probe of its own, once a second, gets through: a fleet whose Redis went away at one
+// instant would then probe, and reconnect, on the same second's tick.
 func (n *nodeConns) dial(ctx context.Context, network string, next redis.DialHook) (net.Conn, error) {
 	n.mu.Lock()
 	wait := time.Until(n.notUntil)
 	n.mu.Unlock()
 	if wait > 0 {
-		if dl, ok := ctx.Deadline(); ok && time.Until(dl) < wait {
-			n.refused.Add(1)
-			return nil, fmt.Errorf("%w: %s for another %s", ErrDialBackoff, n.addr, wait.Round(time.Millisecond))
-		}
-		t := time.NewTimer(wait)
-		select {
-		case <-t.C:
-		case <-ctx.Done():
-			t.Stop()
-			return nil, ctx.Err()
-		}
+		n.refused.Add(1)
+		return &deadConn{err: fmt.Errorf("%w: %s for another %s", ErrDialBackoff, n.addr, wait.Round(time.Millisecond))}, nil
 	}
 	n.dials.Add(1)
 	conn, err := next(ctx, network, n.addr)
@@ -164,7 +156,7 @@ func (n *nodeConns) dial(ctx context.Context, network string, next redis.DialHoo
 			window = min(MaxDialBackoff, minDialBackoff<<(n.failures-1))
 		}
 		n.notUntil = time.Now().Add(rand.N(window) + time.Millisecond) //nolint:gosec // jitter, not a secret
-		return nil, err
+		return &deadConn{err: err}, nil
 	}
 	n.failures, n.notUntil = 0, time.Time{}
 	if n.d.idle < 0 {
@@ -231,6 +223,18 @@ func (n *nodeConns) sweep() {
 	n.armLocked()
 	n.mu.Unlock()
 }
+
+// deadConn is a connection that was never made: reads and writes fail with err, why.
+type deadConn struct{ err error }
+
+func (c *deadConn) Read([]byte) (int, error)         { return 0, c.err }
+func (c *deadConn) Write([]byte) (int, error)        { return 0, c.err }
+func (c *deadConn) Close() error                     { return nil }
+func (c *deadConn) LocalAddr() net.Addr              { return &net.TCPAddr{} }
+func (c *deadConn) RemoteAddr() net.Addr             { return &net.TCPAddr{} }
+func (c *deadConn) SetDeadline(time.Time) error      { return nil }
+func (c *deadConn) SetReadDeadline(time.Time) error  { return nil }
+func (c *deadConn) SetWriteDeadline(time.Time) error { return nil }
 
 // trackedConn is a pooled connection whose last use the idle closer reads.
 type trackedConn struct {
