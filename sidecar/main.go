@@ -86,7 +86,14 @@ func run() error {
 		if err != nil {
 			return fmt.Errorf("--%s: %w", inject.FlagRedisURL, err)
 		}
-		client, err := redisstore.NewClientFromURL(rawURL)
+		if o.RedisIdleTimeout < 0 {
+			return fmt.Errorf("--%s %s: negative", inject.FlagRedisIdleTimeout, o.RedisIdleTimeout)
+		}
+		idle := o.RedisIdleTimeout
+		if idle == 0 {
+			idle = -1 // ClientOptions: never close
+		}
+		client, err := redisstore.NewClient(rawURL, redisstore.ClientOptions{IdleTimeout: idle})
 		if err != nil {
 			return fmt.Errorf("--%s: %w", inject.FlagRedisURL, err)
 		}
