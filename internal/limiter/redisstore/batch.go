@@ -485,12 +485,23 @@ func (b *batcher) preload() {
 	}()
 }
 
-// loadScripts loads the scripts the node does not have.
+// loadScripts loads the scripts the node does not have. It takes every wire token, so that it
+// runs on a connection left idle rather than dial one more: the call whose new connection
+// asked for the preload still holds it.
 func (b *batcher) loadScripts() {
-	if !b.acquire(false, nil) {
-		return
+	for i := range MaxConns {
+		if !b.acquire(false, nil) {
+			for range i {
+				b.release()
+			}
+			return
+		}
 	}
-	defer b.release()
+	defer func() {
+		for range MaxConns {
+			b.release()
+		}
+	}()
 	ctx, cancel := context.WithTimeout(b.ctx, preloadTimeout)
 	defer cancel()
 	scripts := []*script{requestScript}
