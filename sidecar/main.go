@@ -107,7 +107,7 @@ func run() error {
 		defer func() { _ = store.Close() }()
 		opts.Remote = store
 		opts.Breaker = breaker.New(breaker.Options{
-			Threshold: o.BreakerThreshold, Cooldown: o.BreakerCooldown, MaxCooldown: o.BreakerMaxCooldown,
+			Threshold: o.BreakerThreshold, Cooldown: o.BreakerCooldown, MaxCooldown: o.BreakerMaxCooldown, Jitter: true,
 			OnTransition: func(from, to breaker.State, cd time.Duration) {
 				m.BreakerState.Set(float64(to))
 				m.BreakerTransitions.WithLabelValues(to.String()).Inc()
