@@ -87,6 +87,8 @@ func (d *dialer) bound(poolSize, maxActive, minIdle, pipelinePool *int, maxIdleT
 // node, by address. Safe for concurrent use.
 type dialer struct {
 	idle time.Duration // < 0: never close
+	// onDial, when set (by tests), is called after each dial that made a connection.
+	onDial func(addr string)
 
 	mu    sync.Mutex
 	nodes map[string]*nodeConns
@@ -159,6 +161,9 @@ func (n *nodeConns) dial(ctx context.Context, network string, next redis.DialHoo
 		return &deadConn{err: err}, nil
 	}
 	n.failures, n.notUntil = 0, time.Time{}
+	if n.d.onDial != nil {
+		n.d.onDial(n.addr)
+	}
 	if n.d.idle < 0 {
 		return conn, nil
 	}
