@@ -284,6 +284,7 @@ func (b *batcher) send(batch []*call) {
 	// waits for their decision, and sending them would count requests that were not served.
 	live := make([]*call, 0, len(batch))
 	var deadline time.Time
+	patient := false // a caller without a deadline
 	for _, c := range batch {
 		if err := c.ctx.Err(); err != nil {
 			c.finish(nil, err)
@@ -292,14 +293,23 @@ func (b *batcher) send(batch []*call) {
 		live = append(live, c)
 		// Take always sets a deadline (Options.Timeout); the pipeline may take as long as the
 		// most patient caller, and no longer: once every caller has gone, its replies are moot.
-		if d, ok := c.ctx.Deadline(); ok && d.After(deadline) {
+		// (Only tests call without one.)
+		if d, ok := c.ctx.Deadline(); !ok {
+			patient = true
+		} else if d.After(deadline) {
 			deadline = d
 		}
 	}
 	if len(live) == 0 {
 		return
 	}
-	ctx, cancel := context.WithDeadline(b.ctx, deadline)
+	var ctx context.Context
+	var cancel context.CancelFunc
+	if patient {
+		ctx, cancel = context.WithCancel(b.ctx)
+	} else {
+		ctx, cancel = context.WithDeadline(b.ctx, deadline)
+	}
 	defer cancel()
 	b.batches.Add(1)
 	for n := int64(len(live)); ; {
@@ -452,8 +462,8 @@ func isNoScript(err error) bool { return redis.HasErrorPrefix(err, "NOSCRIPT") }
 // (preloadHook), in the background: a Store comes up at once with Redis down, and a preload that
 // fails is tried again at the next connection. A preload takes a wire token like any round trip.
 
-// preloadTimeout bounds one preload.
-const preloadTimeout = 5 * time.Second
+// preloadTimeout bounds one preload, which holds the node's wire tokens meanwhile.
+const preloadTimeout = time.Second
 
 // preload asks for the scripts to be loaded on the node, in a goroutine of its own unless one
 // runs (which then loads them once more).
