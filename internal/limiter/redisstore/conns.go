@@ -28,7 +28,7 @@ import (
 //   - a cluster client connects only to the masters its keys live on: the slot map is read
 //     through a connection already held (or, before there is one, on a connection of its
 //     own, closed at once), never on a connection left open to a random node (clusterSlots);
-//   - connections idle for ClientOptions.IdleTimeout are closed (idleCloser), so a quiet pod
+//   - connections idle for ClientOptions.IdleTimeout are closed (nodeConns.sweep), so a quiet pod
 //     holds none; the next call dials again;
 //   - a failed dial keeps the node's dials back for a jittered, exponentially growing time
 //     (nodeConns.dial): callers fail at once meanwhile (and fall back), and a fleet whose Redis
@@ -74,7 +74,7 @@ func NewClient(rawURL string, opts ClientOptions) (redis.UniversalClient, error)
 
 // bound sets the pool options of one node's client: MaxConns connections, pipelines on the
 // same pool, none dialled ahead, stale after idle (go-redis checks that lazily, before reuse;
-// idleCloser closes them on time).
+// nodeConns.sweep closes them on time).
 func (d *dialer) bound(poolSize, maxActive, minIdle, pipelinePool *int, maxIdleTime *time.Duration) {
 	*poolSize, *maxActive, *minIdle, *pipelinePool = MaxConns, MaxConns, 0, -1
 	*maxIdleTime = d.idle
