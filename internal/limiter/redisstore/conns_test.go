@@ -35,7 +35,7 @@ func clientsNamed(t testing.TB, srv *redisserver.TestServer, name string) int {
 
 // sampleClients polls CLIENT LIST on each server until stop is closed and returns the most
 // connections named name each one held at once.
-func sampleClients(t testing.TB, srvs []*redisserver.TestServer, name string, stop <-chan struct{}) func() []int {
+func sampleClients(srvs []*redisserver.TestServer, name string, stop <-chan struct{}) func() []int {
 	most := make([]int, len(srvs))
 	done := make(chan struct{})
 	go func() {
@@ -96,7 +96,7 @@ func TestConnectionBoundSingleNode(t *testing.T) {
 	keys := []string{"hot", "hot", "hot", "a", "b", "c", "d", "e"}
 
 	stop := make(chan struct{})
-	most := sampleClients(t, []*redisserver.TestServer{srv}, name, stop)
+	most := sampleClients([]*redisserver.TestServer{srv}, name, stop)
 	load(t, s, keys, 64, 100)
 	close(stop)
 	sampled, after := most()[0], clientsNamed(t, srv, name)
@@ -156,7 +156,7 @@ func TestConnectionBoundCluster(t *testing.T) {
 		all = append(all, rs...)
 	}
 	stop := make(chan struct{})
-	most := sampleClients(t, all, name, stop)
+	most := sampleClients(all, name, stop)
 	load(t, s, keys, 64, 50)
 	close(stop)
 	sampled := most()
