@@ -86,7 +86,14 @@ func run() error {
 		if err != nil {
 			return fmt.Errorf("--%s: %w", inject.FlagRedisURL, err)
 		}
-		client, err := redisstore.NewClientFromURL(rawURL)
+		if o.RedisIdleTimeout < 0 {
+			return fmt.Errorf("--%s %s: negative", inject.FlagRedisIdleTimeout, o.RedisIdleTimeout)
+		}
+		idle := o.RedisIdleTimeout
+		if idle == 0 {
+			idle = -1 // ClientOptions: never close
+		}
+		client, err := redisstore.NewClient(rawURL, redisstore.ClientOptions{IdleTimeout: idle})
 		if err != nil {
 			return fmt.Errorf("--%s: %w", inject.FlagRedisURL, err)
 		}
@@ -100,7 +107,7 @@ func run() error {
 		defer func() { _ = store.Close() }()
 		opts.Remote = store
 		opts.Breaker = breaker.New(breaker.Options{
-			Threshold: o.BreakerThreshold, Cooldown: o.BreakerCooldown, MaxCooldown: o.BreakerMaxCooldown,
+			Threshold: o.BreakerThreshold, Cooldown: o.BreakerCooldown, MaxCooldown: o.BreakerMaxCooldown, Jitter: true,
 			OnTransition: func(from, to breaker.State, cd time.Duration) {
 				m.BreakerState.Set(float64(to))
 				m.BreakerTransitions.WithLabelValues(to.String()).Inc()

@@ -56,6 +56,7 @@ func main() {
 	flag.StringVar(&redisPasswordSecret, "sidecar-redis-password-secret", "", "Secret, in each injected pod's namespace, holding the Redis password (injected as $"+inject.EnvRedisPassword+").")
 	flag.StringVar(&redisPasswordKey, "sidecar-redis-password-key", "password", "Key of --sidecar-redis-password-secret.")
 	flag.DurationVar(&cfg.RedisTimeout, "sidecar-redis-timeout", 0, "Bound on each Redis call of the sidecars (--"+inject.FlagRedisTimeout+"); 0 keeps the sidecar's default.")
+	flag.DurationVar(&cfg.RedisIdleTimeout, "sidecar-redis-idle-timeout", 0, "How long a sidecar's unused Redis connection stays open (--"+inject.FlagRedisIdleTimeout+"); 0 keeps the sidecar's default.")
 	def := webhook.DefaultResources()
 	flag.StringVar(&cpuRequest, "sidecar-cpu-request", quantity(def.Requests, corev1.ResourceCPU), "Sidecar CPU request; \"\" for none.")
 	flag.StringVar(&cpuLimit, "sidecar-cpu-limit", quantity(def.Limits, corev1.ResourceCPU), "Sidecar CPU limit; \"\" for none.")

@@ -220,8 +220,11 @@ func (s *Store) reserve(ctx context.Context, start time.Time, keys []string, key
 		}
 		lim := &takes[c.takes[len(c.takes)-1]].Limit // the content is under its capacity
 		wg.Go(func() {
-			err := refundScript.Run(rctx, s.client, keys[k:k+1], s.minTTL, algCode(lim), lim.Limit,
-				lim.WindowMs(), lim.Capacity(), units, c.at, c.content).Err()
+			// On the key's master's connections, like every round trip (see conns.go).
+			err := s.roundTrip(rctx, keys[k], func() error {
+				return evalPiped(rctx, s.client, refundScript, keys[k:k+1], s.minTTL, algCode(lim), lim.Limit,
+					lim.WindowMs(), lim.Capacity(), units, c.at, c.content).Err()
+			})
 			if err != nil {
 				s.refundFailures.Add(1)
 			}
@@ -229,6 +232,23 @@ func (s *Store) reserve(ctx context.Context, start time.Time, keys []string, key
 	}
 	wg.Wait()
 	return false, err
+}
+
+// roundTrip runs fn as a round trip to key's node, on the connections of its batcher (directly
+// for an unbatched Store).
+func (s *Store) roundTrip(ctx context.Context, key string, fn func() error) error {
+	b, err := s.batcherFor(ctx, key)
+	if err != nil {
+		return err
+	}
+	if b == nil {
+		return fn()
+	}
+	var ferr error
+	if err := b.roundTrip(ctx, func() { ferr = fn() }); err != nil {
+		return err
+	}
+	return ferr
 }
 
 // RefundFailures is the number of refunds that failed since the Store was created: charges of

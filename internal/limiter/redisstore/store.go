@@ -120,7 +120,8 @@ func newWithSenders(client redis.UniversalClient, opts Options, n int) *Store {
 		if cc, ok := client.(*redis.ClusterClient); ok {
 			s.cluster, s.senders, s.nodes = cc, n, map[string]*batcher{}
 		} else {
-			s.batch = newBatcher(client, n, s.minTTL)
+			node, _ := client.(*redis.Client) // nil for other clients: no preload
+			s.batch = newBatcher(client, node, n, s.minTTL)
 		}
 	}
 	return s
@@ -144,7 +145,7 @@ func (s *Store) batcherFor(ctx context.Context, key string) (*batcher, error) {
 	}
 	b := s.nodes[addr]
 	if b == nil {
-		b = newBatcher(s.cluster, s.senders, s.minTTL)
+		b = newBatcher(s.cluster, node, s.senders, s.minTTL)
 		s.nodes[addr] = b
 	}
 	return b, nil
