@@ -24,6 +24,7 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -43,9 +44,10 @@ func main() {
 	manager := flag.String("manager", "bin/manager", "The manager binary (go build ./cmd/manager).")
 	pods := flag.Int("pods", 500, "Pods in the rolling update.")
 	policies := flag.Int("policies", 20, "Policies selecting them.")
+	surge := flag.Int("surge", 10, "Pods rolled at once.")
 	intervals := flag.String("intervals", "0,1s", "Comma-separated --render-interval values to compare.")
 	flag.Parse()
-	if err := run(*manager, *pods, *policies, *intervals); err != nil {
+	if err := run(*manager, *pods, *policies, *surge, *intervals); err != nil {
 		fmt.Fprintln(os.Stderr, "controlplane:", err)
 		os.Exit(1)
 	}
@@ -59,7 +61,7 @@ type result struct {
 	finalPods, finalPolicies  int
 }
 
-func run(managerBin string, pods, policies int, intervals string) error {
+func run(managerBin string, pods, policies, surge int, intervals string) error {
 	assets, err := envtestassets.Dir()
 	if err != nil {
 		return err
@@ -102,14 +104,14 @@ func run(managerBin string, pods, policies int, intervals string) error {
 
 	var results []result
 	for i, iv := range strings.Split(intervals, ",") {
-		r, err := rollingUpdate(c, managerBin, kcPath, fmt.Sprintf("rollout-%d", i), iv, pods, policies)
+		r, err := rollingUpdate(c, managerBin, kcPath, fmt.Sprintf("rollout-%d", i), iv, pods, policies, surge)
 		if err != nil {
 			return fmt.Errorf("--render-interval=%s: %w", iv, err)
 		}
 		results = append(results, r)
 	}
-	fmt.Printf("Rolling update of %d pods matched by %d policies (one pod at a time: create, Ready, delete an old one), envtest API server, manager binary, `go run ./bench/controlplane -pods %d -policies %d -intervals %s`:\n\n",
-		pods, policies, pods, policies, intervals)
+	fmt.Printf("Rolling update of %d pods matched by %d policies (%d pods at a time: create, Ready, delete an old one), envtest API server, manager binary, `go run ./bench/controlplane -pods %d -policies %d -surge %d -intervals %s`:\n\n",
+		pods, policies, surge, pods, policies, surge, intervals)
 	fmt.Println("| --render-interval | pod events | ConfigMap writes | reconciles | manager CPU | CPU per pod event | rollout time |")
 	fmt.Println("|---|--:|--:|--:|--:|--:|--:|")
 	for _, r := range results {
@@ -127,7 +129,7 @@ func run(managerBin string, pods, policies int, intervals string) error {
 // rollingUpdate starts a manager with the interval, sets up a namespace of ready pods and
 // policies, waits until it is rendered, then rolls every pod and counts until the ConfigMap
 // lists exactly the new pods and the manager has settled.
-func rollingUpdate(c client.WithWatch, managerBin, kubeconfig, ns, interval string, pods, policies int) (result, error) {
+func rollingUpdate(c client.WithWatch, managerBin, kubeconfig, ns, interval string, pods, policies, surge int) (result, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Minute)
 	defer cancel()
 	r := result{interval: interval}
@@ -150,7 +152,7 @@ func rollingUpdate(c client.WithWatch, managerBin, kubeconfig, ns, interval stri
 			return r, err
 		}
 	}
-	podEvents := 0
+	var podEvents atomic.Int64
 	newPod := func(name string) error {
 		p := &corev1.Pod{
 			ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name, Labels: labels},
@@ -162,7 +164,7 @@ func rollingUpdate(c client.WithWatch, managerBin, kubeconfig, ns, interval stri
 		}
 		p.Status.Phase = corev1.PodRunning
 		p.Status.Conditions = []corev1.PodCondition{{Type: corev1.PodReady, Status: corev1.ConditionTrue}}
-		podEvents += 2
+		podEvents.Add(2)
 		return c.Status().Update(ctx, p)
 	}
 	for i := range pods {
@@ -234,16 +236,36 @@ func rollingUpdate(c client.WithWatch, managerBin, kubeconfig, ns, interval stri
 		return r, err
 	}
 	start := time.Now()
-	podEvents = 0
+	podEvents.Store(0)
+	// surge pods roll at once, like a Deployment's maxSurge: events come faster than a
+	// reconcile that patches 20 statuses takes, as in a large rollout.
+	work := make(chan int)
+	errs := make(chan error, surge)
+	for range surge {
+		go func() {
+			for i := range work {
+				if err := newPod(fmt.Sprintf("new-%03d", i)); err != nil {
+					errs <- err
+					return
+				}
+				if err := c.Delete(ctx, &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: fmt.Sprintf("old-%03d", i)}},
+					client.GracePeriodSeconds(0)); err != nil {
+					errs <- err
+					return
+				}
+				podEvents.Add(1)
+			}
+			errs <- nil
+		}()
+	}
 	for i := range pods {
-		if err := newPod(fmt.Sprintf("new-%03d", i)); err != nil {
+		work <- i
+	}
+	close(work)
+	for range surge {
+		if err := <-errs; err != nil {
 			return r, err
 		}
-		if err := c.Delete(ctx, &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: fmt.Sprintf("old-%03d", i)}},
-			client.GracePeriodSeconds(0)); err != nil {
-			return r, err
-		}
-		podEvents++
 	}
 	if err := waitFor(ctx, c, ns, want("new-")); err != nil {
 		return r, fmt.Errorf("final render: %w", err)
@@ -261,7 +283,7 @@ func rollingUpdate(c client.WithWatch, managerBin, kubeconfig, ns, interval stri
 		return r, err
 	}
 	w.Stop()
-	r.podEvents, r.reconc, r.cpu, r.writes = podEvents, reconc1-reconc0, cpu1-cpu0, <-writes
+	r.podEvents, r.reconc, r.cpu, r.writes = int(podEvents.Load()), reconc1-reconc0, cpu1-cpu0, <-writes
 	return r, nil
 }
 

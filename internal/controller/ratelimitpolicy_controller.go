@@ -13,6 +13,7 @@ import (
 	"sync"
 	"time"
 
+	"golang.org/x/sync/errgroup"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
@@ -119,15 +120,28 @@ func (r *RateLimitPolicyReconciler) Reconcile(ctx context.Context, req ctrl.Requ
 	if renderErr != nil {
 		errs = append(errs, renderErr)
 	}
+	// Every policy's Ready names the content hash, so a render patches each status: a few at a
+	// time, or a namespace of many policies takes a round trip per policy.
+	var (
+		mu sync.Mutex
+		g  errgroup.Group
+	)
+	g.SetLimit(statusPatches)
 	for i := range list.Items {
 		p := &list.Items[i]
 		if !p.DeletionTimestamp.IsZero() {
 			continue
 		}
-		if err := r.updateStatus(ctx, p, verdicts[p.Name], uninjected(p, pods.Items), hash, renderErr); err != nil {
-			errs = append(errs, err)
-		}
+		g.Go(func() error {
+			if err := r.updateStatus(ctx, p, verdicts[p.Name], uninjected(p, pods.Items), hash, renderErr); err != nil {
+				mu.Lock()
+				errs = append(errs, err)
+				mu.Unlock()
+			}
+			return nil
+		})
 	}
+	_ = g.Wait()
 	return ctrl.Result{}, errors.Join(errs...)
 }
 
@@ -398,8 +412,12 @@ func podUpdateMatters(e event.UpdateEvent) bool {
 		uninjectedPod(oldPod) != uninjectedPod(newPod) || isDone(oldPod) != isDone(newPod)
 }
 
-// Workers is how many namespaces the controller renders at once.
-const Workers = 4
+// Workers is how many namespaces the controller renders at once, and statusPatches how many
+// status patches one reconcile has in flight.
+const (
+	Workers       = 4
+	statusPatches = 8
+)
 
 // policyUpdateMatters reports whether a policy update can change the rendering: its spec
 // (generation) or its deletion. The reconciler's own status patches are filtered out, so that

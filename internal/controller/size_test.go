@@ -82,7 +82,7 @@ var _ = Describe("A namespace near the ConfigMap's size limit", func() {
 			g.Expect(doc.Policies).To(HaveLen(60))
 			g.Expect(cm.BinaryData).To(HaveKey(policy.CompressedKey))
 			GinkgoWriter.Printf("60 x 64 rules: %d bytes compressed\n", len(cm.BinaryData[policy.CompressedKey]))
-		}).WithTimeout(60 * time.Second).Should(Succeed())
+		}).WithTimeout(3 * time.Minute).WithPolling(time.Second).Should(Succeed())
 	})
 
 	It("keeps its oldest policies Ready, marks the rest TooLarge, and brings the next in when one goes", func(ctx context.Context) {
