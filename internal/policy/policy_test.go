@@ -45,9 +45,9 @@ func TestParseRejectsWhatReadersCannotUse(t *testing.T) {
 			d.Policies[0].Rules[0].Algorithm, d.Policies[0].Rules[0].Burst = "SlidingWindowLog", 0
 			d.Policies[0].Rules[0].Lease = &Lease{MaxAgeMs: 100}
 		}, "lease: leases do not apply to SlidingWindowLog"},
-		"pods unsorted":      {func(d *Document) { d.Policies[0].Replicas, d.Policies[0].Pods = 2, []string{"b", "a"} }, "not sorted"},
-		"pods twice":         {func(d *Document) { d.Policies[0].Replicas, d.Policies[0].Pods = 2, []string{"a", "a"} }, "not sorted"},
-		"pods miscounted":    {func(d *Document) { d.Policies[0].Replicas, d.Policies[0].Pods = 3, []string{"a", "b"} }, "replicas 3"},
+		"pods unsorted":   {func(d *Document) { d.Policies[0].Replicas, d.Policies[0].Pods = 2, []string{"b", "a"} }, "not sorted"},
+		"pods twice":      {func(d *Document) { d.Policies[0].Replicas, d.Policies[0].Pods = 2, []string{"a", "a"} }, "not sorted"},
+		"pods miscounted": {func(d *Document) { d.Policies[0].Replicas, d.Policies[0].Pods = 3, []string{"a", "b"} }, "replicas 3"},
 		"bad selector": {func(d *Document) {
 			d.Policies[0].Selector.MatchExpressions = []metav1.LabelSelectorRequirement{{Key: "app", Operator: "Near"}}
 		}, "selector"},
