@@ -221,6 +221,32 @@ func (e *Engine) Take(ctx context.Context, key string, lim limiter.Limit, p Para
 	return r, nil
 }
 
+// Spend decides a request of cost n on key from its live lease alone, with no store call: ok
+// is false (and nothing spent) when the key holds no live lease of lim and p with n units.
+// The sidecar spends with it while Redis is unreachable, before falling back, and before
+// asking the breaker, so that a local spend never counts as Redis answering. It does not
+// allocate.
+func (e *Engine) Spend(key string, lim limiter.Limit, p Params, n int64, now time.Time) (r limiter.Result, ok bool) {
+	nowMs := now.UnixMilli()
+	sh := &e.shards[maphash.String(e.seed, key)&15]
+	sh.mu.Lock()
+	en := sh.m[key]
+	sh.mu.Unlock()
+	if en == nil {
+		return r, false
+	}
+	en.mu.Lock()
+	defer en.mu.Unlock()
+	if en.dead || en.lim != lim || en.p != p || en.units < n || nowMs >= en.expires {
+		return r, false
+	}
+	e.decisions.Add(1)
+	en.lastUse = nowMs
+	en.units -= n
+	en.obsSpent += n
+	return e.leased(en), true
+}
+
 // leased is the Result of a request spent from en's lease: the shared limit's Remaining at
 // the issue plus the units still held here.
 func (e *Engine) leased(en *entry) limiter.Result {
@@ -255,27 +281,38 @@ func (e *Engine) end(ctx context.Context, key string, en *entry) {
 
 // Sweep ends the leases that expired by now, giving back their unused units, and forgets
 // keys unused for MaxLeaseAge that hold nothing. The sidecar calls it every few ms; it returns
-// the number of leases it ended.
+// the number of leases it ended. The returns are made without holding a shard's lock.
 func (e *Engine) Sweep(ctx context.Context, now time.Time) int {
 	nowMs, ended := now.UnixMilli(), 0
+	var expired []string
 	for i := range e.shards {
 		sh := &e.shards[i]
+		expired = expired[:0]
 		sh.mu.Lock()
 		for k, en := range sh.m {
 			if !en.mu.TryLock() {
 				continue // being decided on
 			}
-			if en.units > 0 && nowMs >= en.expires {
-				e.end(ctx, k, en)
-				ended++
-			}
-			if en.units == 0 && nowMs-en.lastUse >= limiter.MaxLeaseAge.Milliseconds() {
+			switch {
+			case en.units > 0 && nowMs >= en.expires:
+				expired = append(expired, k)
+			case en.units == 0 && nowMs-en.lastUse >= limiter.MaxLeaseAge.Milliseconds():
 				en.dead = true
 				delete(sh.m, k)
 			}
 			en.mu.Unlock()
 		}
 		sh.mu.Unlock()
+		for _, k := range expired {
+			if en := e.lookup(sh, k); en != nil {
+				en.mu.Lock()
+				if en.units > 0 && nowMs >= en.expires {
+					e.end(ctx, k, en)
+					ended++
+				}
+				en.mu.Unlock()
+			}
+		}
 	}
 	return ended
 }
@@ -285,13 +322,25 @@ func (e *Engine) ReturnAll(ctx context.Context) {
 	for i := range e.shards {
 		sh := &e.shards[i]
 		sh.mu.Lock()
-		for k, en := range sh.m {
-			en.mu.Lock()
-			e.end(ctx, k, en)
-			en.mu.Unlock()
+		held := make([]string, 0, len(sh.m))
+		for k := range sh.m {
+			held = append(held, k)
 		}
 		sh.mu.Unlock()
+		for _, k := range held {
+			if en := e.lookup(sh, k); en != nil {
+				en.mu.Lock()
+				e.end(ctx, k, en)
+				en.mu.Unlock()
+			}
+		}
 	}
+}
+
+func (e *Engine) lookup(sh *shard, key string) *entry {
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	return sh.m[key]
 }
 
 // Held is the number of unused units the Engine holds in leases, live or expired but not yet

@@ -144,3 +144,55 @@ func TestWorstIntervalAgainstBruteForce(t *testing.T) {
 		}
 	}
 }
+
+// hotLease returns an engine whose key "k" holds a live lease of at least want units
+// (at most 10000: the requests come one per ms, and a lease is what the pod spends in maxAge).
+func hotLease(t testing.TB, want int64) (*Engine, limiter.Limit, Params) {
+	lim := limiter.Limit{Algorithm: limiter.TokenBucket, Limit: limiter.MaxLimit, Window: time.Second}
+	p := Params{MaxAge: limiter.MaxLeaseAge}
+	e := New(limiter.NewMemoryStore(limiter.MemoryStoreOptions{}), Options{})
+	for i := int64(0); e.Held() < want; i++ {
+		if i > 100_000 {
+			t.Fatalf("no lease of %d units after %d requests", want, i)
+		}
+		if _, err := e.Take(context.Background(), "k", lim, p, 1, time.UnixMilli(t0+i)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return e, lim, p
+}
+
+// TestLiveLeaseDoesNotAllocate: deciding from a live lease, with Take or Spend, allocates
+// nothing and calls no store.
+func TestLiveLeaseDoesNotAllocate(t *testing.T) {
+	e, lim, p := hotLease(t, 1000)
+	calls := e.Stats().StoreCalls
+	now := time.UnixMilli(t0 + 1000)
+	ctx := context.Background()
+	if a := testing.AllocsPerRun(200, func() {
+		if r, err := e.Take(ctx, "k", lim, p, 1, now); err != nil || !r.Allowed {
+			t.Fatal(r, err)
+		}
+		if _, ok := e.Spend("k", lim, p, 1, now); !ok {
+			t.Fatal("no live lease")
+		}
+	}); a != 0 {
+		t.Errorf("%v allocations per decision from a live lease", a)
+	}
+	if c := e.Stats().StoreCalls; c != calls {
+		t.Errorf("%d store calls deciding from a live lease", c-calls)
+	}
+}
+
+// BenchmarkEngineLiveLease is a decision spent from a live lease, the leased rule's hot path.
+func BenchmarkEngineLiveLease(b *testing.B) {
+	e, lim, p := hotLease(b, 5000)
+	ctx, now := context.Background(), time.UnixMilli(t0+1000)
+	b.ReportAllocs()
+	for b.Loop() {
+		r, err := e.Take(ctx, "k", lim, p, 1, now)
+		if err != nil || !r.Allowed {
+			b.Fatal(r, err)
+		}
+	}
+}
