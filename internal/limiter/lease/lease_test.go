@@ -196,3 +196,30 @@ func BenchmarkEngineLiveLease(b *testing.B) {
 		}
 	}
 }
+
+// TestReturnAllGivesBackEveryUnit: on shutdown every unused unit goes back to the shared
+// limit: a FixedWindow with all its units leased out admits its whole limit again after.
+func TestReturnAllGivesBackEveryUnit(t *testing.T) {
+	ctx := context.Background()
+	lim := limiter.Limit{Algorithm: limiter.FixedWindow, Limit: 100, Window: time.Hour}
+	p := Params{MaxAge: limiter.MaxLeaseAge, MaxUnits: 40}
+	store := limiter.NewMemoryStore(limiter.MemoryStoreOptions{})
+	e := New(store, Options{})
+	now := time.UnixMilli(t0 - t0%lim.WindowMs())
+	for range 20 {
+		if r, err := e.Take(ctx, "k", lim, p, 1, now); err != nil || !r.Allowed {
+			t.Fatal(r, err)
+		}
+	}
+	held := e.Held()
+	if held == 0 {
+		t.Fatal("no units held")
+	}
+	e.ReturnAll(ctx)
+	if e.Held() != 0 || e.Stats().UnitsReturned != held {
+		t.Fatalf("held %d after ReturnAll, returned %d of %d", e.Held(), e.Stats().UnitsReturned, held)
+	}
+	if r, _ := store.Take(ctx, "k", lim, 80, now); !r.Allowed || r.Remaining != 0 {
+		t.Fatalf("the shared limit after the return: %+v, want 80 of 100 left", r)
+	}
+}
