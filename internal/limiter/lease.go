@@ -32,8 +32,9 @@ type Grant struct {
 	// Units is the number of units issued, 0..k: all k when k takes of cost 1 would have
 	// passed, else as many as would have.
 	Units int64
-	// Result is the decision of the take that issued Units (of min(k, capacity) when none
-	// were issued): Remaining is what the shared limit still holds.
+	// Result is the decision of the take that issued Units, or when none were issued the
+	// denial of a take of one unit (what a request of cost 1 gets): Remaining is what the
+	// shared limit still holds.
 	Result Result
 	// At is the instant the store decided at (ms since the epoch, on the store's clock), and
 	// Content the bucket's content after the take (scaled units; 0 for the window
@@ -108,6 +109,11 @@ func (m *MemoryStore) Issue(_ context.Context, key string, lim Limit, k int64, n
 		// k takes of cost 1 pass as long as one more fits: Remaining of them. The denied take
 		// brought the state forward to now, so the second one decides at the same instant.
 		c = min(c, r.Remaining)
+		r = e.take(c, nowMs)
+	}
+	if !r.Allowed && c > 1 {
+		// None fit: report the denial of one unit, what a request of cost 1 gets.
+		c = 1
 		r = e.take(c, nowMs)
 	}
 	g := Grant{Result: r}

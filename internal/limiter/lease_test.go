@@ -43,9 +43,13 @@ func TestIssueIsKTakesOfCostOne(t *testing.T) {
 						t.Fatal(err)
 					}
 					var passed int64
-					for range k {
-						if r, _ := taken.Take(ctx, "k", lim, 1, at); r.Allowed {
+					for j := range k {
+						r, _ := taken.Take(ctx, "k", lim, 1, at)
+						if r.Allowed {
 							passed++
+						}
+						if j == 0 && g.Units == 0 && r != g.Result {
+							t.Fatalf("seed %d %+v step %d: a lease of none reports %+v, a take of 1 %+v", seed, lim, step, g.Result, r)
 						}
 					}
 					if g.Units != passed || g.Units > k || g.Units < 0 {

@@ -200,6 +200,9 @@ func (e *Engine) Take(ctx context.Context, key string, lim limiter.Limit, p Para
 			en.obsSpent = n
 			return e.leased(en), nil
 		}
+		if g.Units == 0 && n == 1 {
+			return g.Result, nil // the denial of one unit: this request's
+		}
 		// Fewer than n fit: give back what was issued and decide the request exactly, for
 		// its own Result.
 		if g.Units > 0 {
@@ -208,8 +211,12 @@ func (e *Engine) Take(ctx context.Context, key string, lim limiter.Limit, p Para
 			e.end(ctx, key, en)
 		}
 	}
+	// An exact decision does not hold the key: the key's other requests may be decided
+	// exactly at the same time, coalesced by the store into one call.
+	en.mu.Unlock()
 	e.storeCalls.Add(1)
 	r, err := e.store.Take(ctx, key, lim, n, now)
+	en.mu.Lock()
 	if err != nil {
 		return limiter.Result{}, err
 	}

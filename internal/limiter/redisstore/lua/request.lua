@@ -353,7 +353,7 @@ end
 -- Leases (limiter.MemoryStore.Issue): a take whose cost is -k issues as many of k units as k
 -- takes of cost 1 at this instant would: min(k, cap) if they fit as one take, else the
 -- Remaining of its denial (each transition's Remaining is the most that fit), charged as one
--- take; none when none fit. Its 5th field (delay, 0 for every leasable algorithm) is the number
+-- take; none when none fit, and then the result is a take of one unit's. Its 5th field (delay, 0 for every leasable algorithm) is the number
 -- of units issued. The second decision starts again from the state the call had.
 local function decide(s, p, key)
   local alg = p.alg
@@ -368,6 +368,10 @@ local function lease(s, p, key)
   local r, s2 = decide(s, p, key)
   if r[1] == 0 and r[6] == 1 and r[2] > 0 then
     p.c = math.min(p.c, r[2])
+    r, s2 = decide(s, p, key)
+  end
+  if r[1] == 0 and p.c > 1 then -- none fit: the denial of one unit, what a request of 1 gets
+    p.c = 1
     r, s2 = decide(s, p, key)
   end
   r[5] = 0
