@@ -156,11 +156,11 @@ func runLeased(stdin io.Reader, stdout, stderr io.Writer, lim limiter.Limit, cos
 	if maxUnits < 0 || maxUnits > lim.Capacity() {
 		return usageErr("--lease-max-units %d is outside 1..%d (the capacity)", maxUnits, lim.Capacity())
 	}
-	if _, closeStore, err := simulate.OpenStore(storeName, redisURL); err != nil {
+	_, closeStore, err := simulate.OpenStore(storeName, redisURL)
+	if err != nil {
 		return usageErr("%v", err)
-	} else {
-		closeStore()
 	}
+	closeStore()
 	arrivals, err := simulate.ReadFleetTrace(stdin, pods)
 	if err != nil {
 		fmt.Fprintf(stderr, "sluicectl simulate: %v\n", err)
