@@ -10,6 +10,8 @@
 #   2. Redis store: bench/store.sh, decisions/s at 1, 8 and 50 callers against one redis-server
 #      and redis-benchmark EVALSHA of 'return 1' on the same server at the same concurrency;
 #      Redis memory per limiter. bench/redis.sh, when present, runs too and its output is kept.
+#   2d. Leased limits: bench/lease.sh, the exact rule, the leased rule and local decisions of
+#      two sidecars' lease engines on one hot key, store calls and Redis CPU per decision.
 #   3. Proxy path: bench/proxy.sh, wrk and a fixed-rate run against direct, nginx limit_req,
 #      and the sidecar with no policy, a never-denying Redis rule, and local mode.
 #   4. Control plane: bench/controlplane, a rolling update of 500 pods matched by 20 policies
@@ -104,6 +106,9 @@ fi
 
 echo "# 2c/4 bench/rediscpu.sh: Redis CPU per decision, single node and 3-master cluster" >&2
 OUT=$OUT DURATION=$STORE_DURATION BASE_BIN=${REDISCPU_BASE_BIN:-} bench/rediscpu.sh > /dev/null
+
+echo "# 2d/4 bench/lease.sh: leased limits, two sidecars' engines on one hot key" >&2
+OUT=$OUT DURATION=$STORE_DURATION bench/lease.sh > /dev/null
 
 echo "# 3/4 proxy path" >&2
 OUT=$OUT DURATION=$PROXY_DURATION RATE=$RATE BENCH_REPEAT=$BENCH_REPEAT PROFILE=0 OUTAGE=0 bench/proxy.sh | tee "$OUT/proxy.txt"

@@ -28,6 +28,7 @@ import (
 
 	"github.com/sluice-dev/sluice/internal/inject"
 	"github.com/sluice-dev/sluice/internal/limiter"
+	"github.com/sluice-dev/sluice/internal/limiter/lease"
 	"github.com/sluice-dev/sluice/internal/limiter/redisstore"
 	"github.com/sluice-dev/sluice/sidecar/breaker"
 	"github.com/sluice-dev/sluice/sidecar/cmdline"
@@ -106,6 +107,12 @@ func run() error {
 		// Runs before the client's Close above: the store's batcher stops first.
 		defer func() { _ = store.Close() }()
 		opts.Remote = store
+		opts.Leases = lease.New(store, lease.Options{})
+		leases := opts.Leases
+		m.RegisterLeases(func() metrics.LeaseStats {
+			s := leases.Stats()
+			return metrics.LeaseStats{Decisions: s.Decisions, StoreCalls: s.StoreCalls, Leases: s.Leases, UnitsReturned: s.UnitsReturned}
+		})
 		opts.Breaker = breaker.New(breaker.Options{
 			Threshold: o.BreakerThreshold, Cooldown: o.BreakerCooldown, MaxCooldown: o.BreakerMaxCooldown, Jitter: true,
 			OnTransition: func(from, to breaker.State, cd time.Duration) {
@@ -125,6 +132,9 @@ func run() error {
 	defer stop()
 	go func() { _ = loader.Run(ctx) }()
 	go sweep(ctx, clock.RealClock{}, opts.Local.(*limiter.MemoryStore))
+	if opts.Leases != nil {
+		go sweepLeases(ctx, clock.RealClock{}, opts.Leases)
+	}
 
 	var draining atomic.Bool
 	ready := func() error {
@@ -181,6 +191,13 @@ func run() error {
 	defer cancel()
 	err = srv.Shutdown(sctx)
 	_ = admin.Shutdown(sctx)
+	if opts.Leases != nil {
+		// Give the leases' unused units back to the fleet (before the store closes).
+		rctx, rcancel := context.WithTimeout(context.Background(), time.Second)
+		opts.Leases.ReturnAll(rctx)
+		rcancel()
+		log.Info("Returned unused leased units", "unitsReturned", opts.Leases.Stats().UnitsReturned)
+	}
 	if err != nil {
 		return fmt.Errorf("draining: %w", err)
 	}
@@ -197,6 +214,23 @@ func sweep(ctx context.Context, clk clock.WithTicker, m *limiter.MemoryStore) {
 			return
 		case now := <-t.C():
 			m.Sweep(now)
+		}
+	}
+}
+
+// leaseSweep is how often the sidecar ends expired leases and gives back their unused units:
+// a lease's units return at most this long after it ends (or at its key's next request).
+const leaseSweep = 20 * time.Millisecond
+
+func sweepLeases(ctx context.Context, clk clock.WithTicker, e *lease.Engine) {
+	t := clk.NewTicker(leaseSweep)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case now := <-t.C():
+			e.Sweep(ctx, now)
 		}
 	}
 }

@@ -88,6 +88,11 @@ type Window string
 // +kubebuilder:validation:XValidation:rule="self.matches('^([0-9]+(ms|s|m|h))+$') && duration(self) <= duration('24h')",message="must be a duration in whole milliseconds from 0s to 24h, such as 0s, 250ms or 2s"
 type Delay string
 
+// LeaseAge is a duration in whole milliseconds between 1ms and 10s, written as a Go duration.
+// +kubebuilder:validation:MaxLength=32
+// +kubebuilder:validation:XValidation:rule="self.matches('^([0-9]+(ms|s|m|h))+$') && duration(self) >= duration('1ms') && duration(self) <= duration('10s')",message="must be a duration in whole milliseconds from 1ms to 10s, such as 10ms, 100ms or 1s"
+type LeaseAge string
+
 // RateLimitPolicySpec is what a user declares: which pods, which requests, which limits.
 type RateLimitPolicySpec struct {
 	// podSelector selects the pods of this namespace whose injected sidecars enforce this policy.
@@ -147,6 +152,9 @@ type ResponseSpec struct {
 // +kubebuilder:validation:XValidation:rule="!has(self.leakyBucket) || self.algorithm == 'LeakyBucket'",message="leakyBucket applies only to algorithm LeakyBucket",fieldPath=".leakyBucket"
 // +kubebuilder:validation:XValidation:rule="self.algorithm != 'SlidingWindowLog' || self.limit <= 10000",message="limit must be at most 10000 for SlidingWindowLog, which stores one timestamp per admitted request; use SlidingWindowCounter for larger limits",fieldPath=".limit"
 // +kubebuilder:validation:XValidation:rule="!has(self.cost) || self.cost <= (has(self.burst) ? self.burst : self.limit)",message="cost must not exceed burst (or limit when burst is unset): such a request could never pass",fieldPath=".cost"
+// +kubebuilder:validation:XValidation:rule="!has(self.lease) || self.algorithm != 'SlidingWindowLog'",message="lease does not apply to SlidingWindowLog: it promises at most limit in every sliding window, and units spent up to maxAge after they were issued would break that promise (up to twice the limit in one window); use SlidingWindowCounter or TokenBucket",fieldPath=".lease"
+// +kubebuilder:validation:XValidation:rule="!has(self.lease) || !has(self.leakyBucket) || !has(self.leakyBucket.mode) || self.leakyBucket.mode != 'Queue'",message="lease does not apply to LeakyBucket mode Queue: a queued request's delay is decided from the bucket's level when it arrives, which a unit leased earlier cannot know; use mode Meter",fieldPath=".lease"
+// +kubebuilder:validation:XValidation:rule="!has(self.lease) || !has(self.lease.maxUnits) || self.lease.maxUnits <= (has(self.burst) ? self.burst : self.limit)",message="lease.maxUnits must not exceed burst (or limit when burst is unset): the shared limit never holds more units at once",fieldPath=".lease.maxUnits"
 type Rule struct {
 	// name identifies the rule in metrics, logs and the 429 body; unique within the policy.
 	// A DNS label: lower-case letters, digits and '-', at most 63 characters.
@@ -215,6 +223,30 @@ type Rule struct {
 	// +optional
 	// +kubebuilder:default=Enforce
 	Mode RuleMode `json:"mode,omitempty"`
+
+	// lease lets each sidecar take units of this rule's shared limit from Redis in advance,
+	// spend them locally and give back what it has not used when the lease ends: far fewer
+	// Redis calls for a hot key, at the price of a stated excess (see the README's algorithm
+	// section). Absent: every decision is made in Redis. Not for SlidingWindowLog or
+	// LeakyBucket mode Queue.
+	// +optional
+	Lease *LeaseSpec `json:"lease,omitempty"`
+}
+
+// LeaseSpec configures leased decisions for a rule.
+type LeaseSpec struct {
+	// maxAge is how long leased units stay usable, 1ms to 10s in whole milliseconds: the
+	// bound's A. Over any interval of length T the rule admits at most what the exact rule
+	// could admit over T + maxAge.
+	// +required
+	MaxAge LeaseAge `json:"maxAge"`
+
+	// maxUnits caps one lease, 1 to 100000000, at most burst (or limit); by default the
+	// rule's rate times maxAge (at least 1). Each pod holds at most this many units unused.
+	// +optional
+	// +kubebuilder:validation:Minimum=1
+	// +kubebuilder:validation:Maximum=100000000
+	MaxUnits *int64 `json:"maxUnits,omitempty"`
 }
 
 // LeakyBucketSpec configures algorithm LeakyBucket.

@@ -6,14 +6,18 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"time"
 
 	"github.com/sluice-dev/sluice/internal/limiter"
+	"github.com/sluice-dev/sluice/internal/limiter/lease"
 	"github.com/sluice-dev/sluice/internal/simulate"
 )
 
 const simulateUsage = `usage: sluicectl simulate --algorithm ALG --limit N --window D [--burst N]
          [--mode Meter|Queue] [--max-delay D] [--cost N] [--store memory|redis [--redis-url URL]] [--summary]
          [--plot FILE.png [--plot-bucket D]] < arrivals
+       sluicectl simulate --algorithm ALG --limit N --window D [--burst N] [--cost N]
+         --pods N --lease-max-age D [--lease-max-units K] [--store memory|redis [--redis-url URL]] < arrivals
        sluicectl simulate compare --algorithms ALG,ALG,... --limit N --window D [--burst N]
          [--max-delay D] [--cost N] [--store memory|redis [--redis-url URL]] [--plot FILE.png [--plot-bucket D]]
          [--title TEXT] < arrivals
@@ -24,6 +28,13 @@ Replays arrivals, one per line in ms since the Unix epoch (non-decreasing; blank
 ignored), through one key of a limiter, and prints "<ms> allow", "<ms> allow delay=<ms>"
 (LeakyBucket Queue) or "<ms> deny" for each, then "allowed=N denied=M". --plot also draws the
 requests offered and admitted per --plot-bucket (default window/10) into a PNG.
+
+With --lease-max-age the rule is leased (the rule's lease: {maxAge, maxUnits}): the arrivals
+are spread over --pods simulated sidecars, round robin, or by a second column naming the pod
+("<ms> <pod>"), each leasing units off the one shared store; the same arrivals also go through
+the exact rule on a store of their own. It prints both runs' totals and store calls, the worst
+excess of the leased run over the exact one in any interval, the bound and the interval that
+comes closest to it, and the most units held unused at once.
 
 compare replays the same arrivals through each algorithm (LeakyBucket/Queue names the leaky
 bucket in Queue mode) and prints, for each, the requests allowed and denied and the most admitted
@@ -62,6 +73,9 @@ func runSimulate(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	summary := fs.Bool("summary", false, "print only the allowed=N denied=M line")
 	plotFile := fs.String("plot", "", "also draw requests offered and admitted over time into this PNG file")
 	plotBucket := fs.Duration("plot-bucket", 0, "the plot's bucket of time, a whole number of ms (default window/10)")
+	pods := fs.Int("pods", 1, "simulated sidecars sharing the store, with --lease-max-age")
+	leaseMaxAge := fs.Duration("lease-max-age", 0, "lease the rule: how long leased units stay usable, 1ms..10s in whole ms")
+	leaseMaxUnits := fs.Int64("lease-max-units", 0, "cap on one lease (default the rate times --lease-max-age)")
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return 0
@@ -94,6 +108,14 @@ func runSimulate(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "sluicectl simulate: %v\n", err)
 		return 2
 	}
+	leased := *leaseMaxAge != 0 || *leaseMaxUnits != 0 || *pods != 1
+	if leased {
+		if *summary || *plotFile != "" {
+			fmt.Fprintln(stderr, "sluicectl simulate: --summary and --plot do not go with a leased rule")
+			return 2
+		}
+		return runLeased(stdin, stdout, stderr, lim, *cost, *pods, *leaseMaxAge, *leaseMaxUnits, *storeName, *redisURL)
+	}
 	store, closeStore, err := simulate.OpenStore(*storeName, *redisURL)
 	if err != nil {
 		fmt.Fprintf(stderr, "sluicectl simulate: %v\n", err)
@@ -111,6 +133,58 @@ func runSimulate(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 			fmt.Fprintf(stderr, "sluicectl simulate: %v\n", err)
 			return 1
 		}
+	}
+	return 0
+}
+
+// runLeased is `sluicectl simulate` of a leased rule over several pods (see simulateUsage).
+func runLeased(stdin io.Reader, stdout, stderr io.Writer, lim limiter.Limit, cost int64, pods int,
+	maxAge time.Duration, maxUnits int64, storeName, redisURL string) int {
+	usageErr := func(format string, args ...any) int {
+		fmt.Fprintf(stderr, "sluicectl simulate: "+format+"\n", args...)
+		return 2
+	}
+	if err := lim.Leasable(); err != nil {
+		return usageErr("%v", err)
+	}
+	if pods < 1 || pods > 10_000 {
+		return usageErr("--pods %d is outside 1..10000", pods)
+	}
+	if maxAge < limiter.MinLeaseAge || maxAge > limiter.MaxLeaseAge || maxAge%time.Millisecond != 0 {
+		return usageErr("--lease-max-age %s is not a whole number of ms from %s to %s", maxAge, limiter.MinLeaseAge, limiter.MaxLeaseAge)
+	}
+	if maxUnits < 0 || maxUnits > lim.Capacity() {
+		return usageErr("--lease-max-units %d is outside 1..%d (the capacity)", maxUnits, lim.Capacity())
+	}
+	_, closeStore, err := simulate.OpenStore(storeName, redisURL)
+	if err != nil {
+		return usageErr("%v", err)
+	}
+	closeStore()
+	arrivals, err := simulate.ReadFleetTrace(stdin, pods)
+	if err != nil {
+		fmt.Fprintf(stderr, "sluicectl simulate: %v\n", err)
+		return 1
+	}
+	open := func() (lease.Store, func(), error) {
+		st, closeStore, err := simulate.OpenStore(storeName, redisURL)
+		if err != nil {
+			return nil, nil, err
+		}
+		ls, ok := st.(lease.Store)
+		if !ok {
+			closeStore()
+			return nil, nil, fmt.Errorf("store %s cannot lease", storeName)
+		}
+		return ls, closeStore, nil
+	}
+	rep, err := simulate.ReplayFleet(arrivals, open, lim, cost, simulate.Fleet{Pods: pods, Lease: lease.Params{MaxAge: maxAge, MaxUnits: maxUnits}})
+	if err == nil {
+		err = rep.Write(stdout)
+	}
+	if err != nil {
+		fmt.Fprintf(stderr, "sluicectl simulate: %v\n", err)
+		return 1
 	}
 	return 0
 }

@@ -44,6 +44,15 @@ func queue(maxDelay string) func(*v1alpha1.RateLimitPolicy) {
 	})
 }
 
+func lease(maxAge string, maxUnits ...int64) func(*v1alpha1.RateLimitPolicy) {
+	return rule0(func(r *v1alpha1.Rule) {
+		r.Lease = &v1alpha1.LeaseSpec{MaxAge: v1alpha1.LeaseAge(maxAge)}
+		if len(maxUnits) > 0 {
+			r.Lease.MaxUnits = ptr.To(maxUnits[0])
+		}
+	})
+}
+
 var _ = Describe("RateLimitPolicy validation", func() {
 	var ns string
 	BeforeEach(func(ctx context.Context) { ns = newNamespace(ctx) })
@@ -135,6 +144,24 @@ var _ = Describe("RateLimitPolicy validation", func() {
 		Entry("unknown method", rule0(func(r *v1alpha1.Rule) { r.Match = &v1alpha1.RuleMatch{Methods: []v1alpha1.HTTPMethod{"FETCH"}} }),
 			"spec.rules[0].match.methods[0]", "Unsupported value"),
 		Entry("unknown mode", rule0(func(r *v1alpha1.Rule) { r.Mode = "Maybe" }), "spec.rules[0].mode", "Unsupported value"),
+		Entry("lease on SlidingWindowLog", func(p *v1alpha1.RateLimitPolicy) {
+			algorithm(v1alpha1.SlidingWindowLog)(p)
+			lease("100ms")(p)
+		}, "spec.rules[0].lease", "lease does not apply to SlidingWindowLog: it promises at most limit in every sliding window"),
+		Entry("lease on LeakyBucket Queue", func(p *v1alpha1.RateLimitPolicy) {
+			queue("1s")(p)
+			lease("100ms")(p)
+		}, "spec.rules[0].lease", "lease does not apply to LeakyBucket mode Queue"),
+		Entry("lease maxAge 0s", lease("0s"), "spec.rules[0].lease.maxAge", "from 1ms to 10s"),
+		Entry("lease maxAge over 10s", lease("11s"), "spec.rules[0].lease.maxAge", "from 1ms to 10s"),
+		Entry("lease maxAge in microseconds", lease("1500us"), "spec.rules[0].lease.maxAge", "whole milliseconds"),
+		Entry("lease with an empty maxAge", lease(""), "spec.rules[0].lease.maxAge", "must be a duration in whole milliseconds from 1ms to 10s"),
+		Entry("lease maxUnits 0", lease("100ms", 0), "spec.rules[0].lease.maxUnits", "greater than or equal to 1"),
+		Entry("lease maxUnits above the limit", lease("100ms", 11), "spec.rules[0].lease.maxUnits", "lease.maxUnits must not exceed burst"),
+		Entry("lease maxUnits above burst", func(p *v1alpha1.RateLimitPolicy) {
+			burst(20)(p)
+			lease("100ms", 21)(p)
+		}, "spec.rules[0].lease.maxUnits", "lease.maxUnits must not exceed burst"),
 	)
 
 	DescribeTable("accepts valid policies, online and offline",
@@ -154,6 +181,23 @@ var _ = Describe("RateLimitPolicy validation", func() {
 		Entry("a 1ms window", window("1ms")),
 		Entry("a 24h window", window("24h")),
 		Entry("cost equal to limit", rule0(func(r *v1alpha1.Rule) { r.Cost = ptr.To[int64](10) })),
+		Entry("a TokenBucket lease at its bounds", func(p *v1alpha1.RateLimitPolicy) {
+			burst(20)(p)
+			lease("10s", 20)(p)
+		}),
+		Entry("a FixedWindow lease of 1ms", func(p *v1alpha1.RateLimitPolicy) {
+			algorithm(v1alpha1.FixedWindow)(p)
+			lease("1ms")(p)
+		}),
+		Entry("a SlidingWindowCounter lease", func(p *v1alpha1.RateLimitPolicy) {
+			algorithm(v1alpha1.SlidingWindowCounter)(p)
+			lease("250ms", 10)(p)
+		}),
+		Entry("a LeakyBucket Meter lease", func(p *v1alpha1.RateLimitPolicy) {
+			algorithm(v1alpha1.LeakyBucket)(p)
+			rule0(func(r *v1alpha1.Rule) { r.LeakyBucket = &v1alpha1.LeakyBucketSpec{Mode: v1alpha1.Meter} })(p)
+			lease("1s")(p)
+		}),
 		Entry("every key source and match", func(p *v1alpha1.RateLimitPolicy) {
 			p.Spec.TrustedProxies = []v1alpha1.CIDR{"198.18.0.0/15", "fd00::/8", "203.0.113.7/32"}
 			p.Spec.FailureMode = v1alpha1.FailureClosed

@@ -171,7 +171,21 @@ type Rule struct {
 	// CostHeader is the canonical name of the header that may carry the cost.
 	CostHeader string   `json:"costHeader,omitempty"`
 	Mode       RuleMode `json:"mode"`
+	// Lease, when set, makes the sidecars lease units of the shared limit in advance and
+	// spend them locally (package lease); nil decides every request in the store.
+	Lease *Lease `json:"lease,omitempty"`
 }
+
+// Lease is a rule's leasing parameters.
+type Lease struct {
+	// MaxAgeMs is how long leased units stay usable, 1..10000 ms.
+	MaxAgeMs int64 `json:"maxAgeMs"`
+	// MaxUnits caps one lease, 1..the limit's capacity; 0 means derived from the rate.
+	MaxUnits int64 `json:"maxUnits,omitempty"`
+}
+
+// MaxAge is MaxAgeMs as a Duration.
+func (l Lease) MaxAge() time.Duration { return time.Duration(l.MaxAgeMs) * time.Millisecond }
 
 // RuleMode says whether a rule rejects requests or only counts them.
 type RuleMode string
@@ -305,6 +319,17 @@ func (r Rule) validate() error {
 	}
 	if r.Mode != Enforce && r.Mode != Shadow {
 		return fmt.Errorf("mode %q is not Enforce or Shadow", r.Mode)
+	}
+	if l := r.Lease; l != nil {
+		if err := r.LimiterLimit().Leasable(); err != nil {
+			return fmt.Errorf("lease: %w", err)
+		}
+		if l.MaxAge() < limiter.MinLeaseAge || l.MaxAge() > limiter.MaxLeaseAge {
+			return fmt.Errorf("lease.maxAgeMs %d is outside %d..%d", l.MaxAgeMs, limiter.MinLeaseAge.Milliseconds(), limiter.MaxLeaseAge.Milliseconds())
+		}
+		if l.MaxUnits < 0 || l.MaxUnits > r.LimiterLimit().Capacity() {
+			return fmt.Errorf("lease.maxUnits %d is outside 0..%d (0: derived from the rate)", l.MaxUnits, r.LimiterLimit().Capacity())
+		}
 	}
 	if len(r.Key) == 0 {
 		return errors.New("empty key")

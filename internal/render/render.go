@@ -94,6 +94,15 @@ func compileRule(r v1alpha1.Rule) (policy.Rule, error) {
 	if r.Cost != nil {
 		out.Cost = *r.Cost
 	}
+	if l := r.Lease; l != nil {
+		out.Lease = &policy.Lease{}
+		if out.Lease.MaxAgeMs, err = parseMillis(string(l.MaxAge)); err != nil {
+			return policy.Rule{}, fmt.Errorf("lease.maxAge: %w", err)
+		}
+		if l.MaxUnits != nil {
+			out.Lease.MaxUnits = *l.MaxUnits
+		}
+	}
 	if r.CostHeader != "" {
 		out.CostHeader = canonicalHeader(string(r.CostHeader))
 	}

@@ -12,6 +12,7 @@ import (
 
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
 	"sigs.k8s.io/yaml"
 
 	"github.com/sluice-dev/sluice/api/v1alpha1"
@@ -44,6 +45,15 @@ func TestCompileAppliesDefaultsAndNormalises(t *testing.T) {
 		strings.Join(z.Match.Methods, ",") != "GET,POST" || z.Match.Headers[0].Name != "X-Tier" {
 		t.Errorf("rule z: %+v %+v", z, z.Match)
 	}
+	p.Spec.Rules[1].Lease = &v1alpha1.LeaseSpec{MaxAge: "1s500ms", MaxUnits: ptr.To[int64](3)}
+	if got, err := Compile(p); err != nil || *got.Rules[0].Lease != (policy.Lease{MaxAgeMs: 1500, MaxUnits: 3}) || got.Rules[1].Lease != nil {
+		t.Errorf("lease: %v %+v", err, got.Rules)
+	}
+	p.Spec.Rules[1].Lease = &v1alpha1.LeaseSpec{MaxAge: "100us"}
+	if _, err := Compile(p); err == nil || !strings.Contains(err.Error(), "lease.maxAge") {
+		t.Errorf("a sub-millisecond lease compiled: %v", err)
+	}
+	p.Spec.Rules[1].Lease = nil
 	p.Spec.Rules[0].Window = "1500us"
 	if _, err := Compile(p); err == nil || !strings.Contains(err.Error(), "spec.rules[0] (z): window") {
 		t.Errorf("a sub-millisecond window compiled: %v", err)

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/sluice-dev/sluice/internal/limiter"
+	"github.com/sluice-dev/sluice/internal/limiter/lease"
 	"github.com/sluice-dev/sluice/internal/policy"
 	"github.com/sluice-dev/sluice/sidecar/keys"
 	"github.com/sluice-dev/sluice/sidecar/metrics"
@@ -72,6 +73,8 @@ type Rule struct {
 	Shadow bool
 	// Queue is true for LeakyBucket Queue rules, which delay requests.
 	Queue bool
+	// Lease is the rule's lease parameters; nil decides every request in the store.
+	Lease *lease.Params
 	// DraftPolicy is the RateLimit-Policy field value, `"name";q=capacity;w=seconds`.
 	DraftPolicy string
 	// LimitValue is the X-RateLimit-Limit value, the capacity in decimal.
@@ -164,7 +167,12 @@ func compilePolicy(p policy.Policy, podName string, m *metrics.Metrics) (*Policy
 		quoted := strconv.Quote(r.Name)           // rule names are DNS labels: a valid sf-string as is
 		window := max(CeilSeconds(lim.Window), 1) // the draft's w is a positive integer
 		local, zero := LocalShare(lim, p, podName)
+		var lp *lease.Params
+		if r.Lease != nil {
+			lp = &lease.Params{MaxAge: r.Lease.MaxAge(), MaxUnits: r.Lease.MaxUnits}
+		}
 		cp.Rules = append(cp.Rules, &Rule{
+			Lease:       lp,
 			Policy:      cp,
 			Name:        r.Name,
 			Match:       keys.CompileMatch(r.Match),

@@ -109,6 +109,30 @@ func New() *Metrics {
 	return m
 }
 
+// LeaseStats is what the leasing engine counted (lease.Stats), for RegisterLeases.
+type LeaseStats struct {
+	Decisions, StoreCalls, Leases, UnitsReturned int64
+}
+
+// RegisterLeases registers the leased rules' counters, read from stats at each scrape:
+// sluice_lease_decisions_total and sluice_lease_store_calls_total (their ratio is the store
+// calls per decision), sluice_leases_total (leases taken) and sluice_lease_units_returned_total.
+func (m *Metrics) RegisterLeases(stats func() LeaseStats) {
+	counter := func(name, help string, v func(LeaseStats) int64) prometheus.Collector {
+		return prometheus.NewCounterFunc(prometheus.CounterOpts{Name: name, Help: help}, func() float64 { return float64(v(stats())) })
+	}
+	m.Registry.MustRegister(
+		counter("sluice_lease_decisions_total", "Decisions of leased rules, made from a lease or in Redis.",
+			func(s LeaseStats) int64 { return s.Decisions }),
+		counter("sluice_lease_store_calls_total", "Redis calls leased rules made: exact takes, lease issues and returns.",
+			func(s LeaseStats) int64 { return s.StoreCalls }),
+		counter("sluice_leases_total", "Leases taken from Redis with at least one unit.",
+			func(s LeaseStats) int64 { return s.Leases }),
+		counter("sluice_lease_units_returned_total", "Unused leased units given back to Redis when their lease ended.",
+			func(s LeaseStats) int64 { return s.UnitsReturned }),
+	)
+}
+
 // Rule holds one rule's counters, resolved once when the configuration is compiled so that a
 // request does no label lookup.
 type Rule struct {

@@ -197,8 +197,23 @@ func (h *Handler) takeRequest(ctx context.Context, pols []*config.Policy, rules 
 	if h.opts.Remote == nil {
 		return h.takeLocal(ctx, rules, takes, now, res)
 	}
+	// A request whose one rule is leased spends the key's live lease without Redis, and
+	// without asking the breaker (a local spend is no sign of Redis's health); a request with
+	// several rules is decided as one unit in Redis, leased rules included.
+	leased := h.opts.Leases != nil && len(takes) == 1 && rules[0].Lease != nil
+	if leased {
+		if r, ok := h.opts.Leases.Spend(takes[0].Key, takes[0].Limit, *rules[0].Lease, takes[0].N, now); ok {
+			res[0] = r
+			return rules, takes, decided
+		}
+	}
 	if h.opts.Breaker.Allow() {
-		err := h.remote(ctx, takes, now, res)
+		var err error
+		if leased {
+			res[0], err = h.opts.Leases.Take(ctx, takes[0].Key, takes[0].Limit, *rules[0].Lease, takes[0].N, now)
+		} else {
+			err = h.remote(ctx, takes, now, res)
+		}
 		if err == nil {
 			h.opts.Breaker.Success()
 			return rules, takes, decided

@@ -21,6 +21,7 @@ import (
 	clocktesting "k8s.io/utils/clock/testing"
 
 	"github.com/sluice-dev/sluice/internal/limiter"
+	"github.com/sluice-dev/sluice/internal/limiter/lease"
 	"github.com/sluice-dev/sluice/internal/limiter/redisstore"
 	"github.com/sluice-dev/sluice/internal/testutil/redisserver"
 	"github.com/sluice-dev/sluice/sidecar/breaker"
@@ -43,6 +44,7 @@ type env struct {
 	loader  *config.Loader
 	m       *metrics.Metrics
 	brk     *breaker.Breaker
+	leases  *lease.Engine
 	trans   atomic.Int64 // breaker transitions
 	srv     *testServer
 	client  *http.Client
@@ -130,6 +132,8 @@ func newEnv(t *testing.T, doc []byte, o envOpt) *env {
 		store := redisstore.New(client, ro)
 		t.Cleanup(func() { _ = store.Close() })
 		opts.Remote = store
+		e.leases = lease.New(store, lease.Options{})
+		opts.Leases = e.leases
 		cd := cmp(o.cooldown, 100*time.Millisecond)
 		e.brk = breaker.New(breaker.Options{Cooldown: cd, MaxCooldown: 4 * cd,
 			OnTransition: func(_, to breaker.State, _ time.Duration) {

@@ -24,6 +24,7 @@ import (
 	"github.com/valyala/fasthttp"
 	"k8s.io/utils/clock"
 
+	"github.com/sluice-dev/sluice/internal/limiter/lease"
 	"github.com/sluice-dev/sluice/sidecar/breaker"
 	"github.com/sluice-dev/sluice/sidecar/config"
 	"github.com/sluice-dev/sluice/sidecar/keys"
@@ -40,6 +41,9 @@ type Options struct {
 	Remote Store
 	// Breaker guards Remote; required when Remote is set.
 	Breaker *breaker.Breaker
+	// Leases decides the rules that have a lease (with Remote's store); nil decides them as
+	// the others.
+	Leases *lease.Engine
 	// Local is the fallback store.
 	Local   Store
 	Metrics *metrics.Metrics

@@ -7,7 +7,8 @@
 -- ARGV[3..]: groups, one per request, in order: the number of takes g, then g takes of 8
 --   fields: key (index into KEYS), algorithm (1 fw, 2 swl, 3 swc, 4 tb, 5 lbm, 6 lbq), L,
 --   W (window, ms), cap (Limit.Capacity), c (cost, 1..), M (LeakyBucket Queue's MaxDelay, ms),
---   shadow (1: the take does not deny its group, 0: it does)
+--   shadow (1: the take does not deny its group, 0: it does); a cost -k is a lease of up to k
+--   units (see lease below)
 -- Returns 8 integers per take, in order: {allowed 0/1, remaining, resetAfter ms,
 -- retryAfter ms (-1: never), delay ms, reason, at, content}, reason 0 none, 1 limited, 2 cost exceeds capacity, 3 delay exceeds max delay, at the
 -- instant the take was decided at (now, or the state's latest instant when the clock went
@@ -349,6 +350,35 @@ local function load(k, p)
   return e
 end
 
+-- Leases (limiter.MemoryStore.Issue): a take whose cost is -k issues as many of k units as k
+-- takes of cost 1 at this instant would: min(k, cap) if they fit as one take, else the
+-- Remaining of its denial (each transition's Remaining is the most that fit), charged as one
+-- take; none when none fit, and then the result is a take of one unit's. Its 5th field (delay, 0 for every leasable algorithm) is the number
+-- of units issued. The second decision starts again from the state the call had.
+local function decide(s, p, key)
+  local alg = p.alg
+  if alg == 4 then return tokenBucket(s, p) end
+  if alg == 1 then return fixedWindow(s, p) end
+  if alg == 2 then return slidingWindowLog(s, p, key) end
+  if alg == 3 then return slidingWindowCounter(s, p) end
+  return leakyBucket(s, p, alg == 6)
+end
+local function lease(s, p, key)
+  p.c = math.min(-p.c, p.cap)
+  local r, s2 = decide(s, p, key)
+  if r[1] == 0 and r[6] == 1 and r[2] > 0 then
+    p.c = math.min(p.c, r[2])
+    r, s2 = decide(s, p, key)
+  end
+  if r[1] == 0 and p.c > 1 then -- none fit: the denial of one unit, what a request of 1 gets
+    p.c = 1
+    r, s2 = decide(s, p, key)
+  end
+  r[5] = 0
+  if r[1] == 1 then r[5] = p.c end
+  return r, s2
+end
+
 -- The loop allocates as little per take as it can (Lua tables are what a script spends its
 -- time on): one parameter table p for every take, a Take's group committed in place.
 local out, n = {}, 0
@@ -372,7 +402,9 @@ while i <= nargv do
     local s = e.s
     if tent and tent[k] then s = tent[k][1] end
     local alg, r, s2 = p.alg
-    if alg == 4 then
+    if p.c < 0 then
+      r, s2 = lease(s, p, KEYS[k])
+    elseif alg == 4 then
       r, s2 = tokenBucket(s, p)
     elseif alg == 1 then
       r, s2 = fixedWindow(s, p)
