@@ -230,7 +230,7 @@ func (s *Store) Take(ctx context.Context, key string, lim limiter.Limit, n int64
 	start := time.Now()
 	// A group of one take that is committed even when denied (see lua/request.lua).
 	t := limiter.Take{Key: key, Limit: lim, N: n}
-	args := appendTake(make([]any, 1, 1+takeArgs), 1, &t)
+	args := appendTake(make([]any, 1, 1+takeArgs), 1, &t, now)
 	args[0] = -1
 	vals, err := s.run(ctx, nowArg, s.Keys(key, lim), args, 1)
 	if err != nil {
@@ -272,6 +272,10 @@ func (s *Store) Keys(key string, lim limiter.Limit) []string {
 func algTag(lim limiter.Limit) string {
 	switch lim.Algorithm {
 	case limiter.FixedWindow:
+		if lim.Period != "" {
+			// the zone's name, not its offsets: a tz-data update keeps the counter
+			return "cal/" + string(lim.Period) + "/" + lim.Zone.String()
+		}
 		return "fw"
 	case limiter.SlidingWindowLog:
 		return "swl"

@@ -8,6 +8,8 @@
 --   fields: key (index into KEYS), algorithm (1 fw, 2 swl, 3 swc, 4 tb, 5 lbm, 6 lbq), L,
 --   W (window, ms), cap (Limit.Capacity), c (cost, 1..), M (LeakyBucket Queue's MaxDelay, ms),
 --   shadow (1: the take does not deny its group, 0: it does)
+--   Algorithm 7 is a calendar FixedWindow: its W is the end and M the start of the window
+--   that holds the caller's now (ms), computed by the caller in the rule's time zone.
 -- Returns 8 integers per take, in order: {allowed 0/1, remaining, resetAfter ms,
 -- retryAfter ms (-1: never), delay ms, reason, at, content}, reason 0 none, 1 limited, 2 cost exceeds capacity, 3 delay exceeds max delay, at the
 -- instant the take was decided at (now, or the state's latest instant when the clock went
@@ -44,7 +46,7 @@ local minTTL = tonumber(ARGV[2])
 -- table of those numbers, false for an absent key.
 local function decode(alg, raw)
   if not raw then return false end
-  if alg >= 4 then
+  if alg >= 4 and alg <= 6 then
     local a, b = unpackBucket(raw)
     return {a, b}
   end
@@ -54,8 +56,8 @@ local function decode(alg, raw)
 end
 
 local function encode(alg, s)
-  if alg >= 4 then return packBucket(s[1], s[2]) end
-  if alg == 3 then return string.format('%d %d %d', s[1], s[2], s[3]) end
+  if alg >= 4 and alg <= 6 then return packBucket(s[1], s[2]) end
+  if alg == 3 or alg == 7 then return string.format('%d %d %d', s[1], s[2], s[3]) end
   return string.format('%d %d', s[1], s[2])
 end
 
@@ -83,6 +85,32 @@ local function fixedWindow(s, p)
   local reset = 0
   if n > 0 then reset = e end
   return {allowed, math.max(0, L - n), reset, retry, 0, reason, t, 0}, {win, n}
+end
+
+-- limiter.CalendarWindowState.take, state "<start> <end> <count>"; p.M and p.W are the start
+-- and end of now's window (the caller's clock)
+local function calendarWindow(s, p)
+  local L, c, t = p.L, p.c, now
+  local st, en, n = 0, 0, 0
+  if s then st, en, n = s[1], s[2], s[3] end
+  if p.M > st then
+    st, en, n = p.M, p.W, 0
+  elseif p.M < st then
+    t = st -- clock went back: count it in the latest window
+  end
+  local e = math.max(1, en - t)
+  local allowed, retry, reason = 0, 0, 0
+  if c > L then
+    retry, reason = -1, 2
+  elseif n + c <= L then
+    n = n + c
+    allowed = 1
+  else
+    retry, reason = e, 1
+  end
+  local reset = 0
+  if n > 0 then reset = e end
+  return {allowed, math.max(0, L - n), reset, retry, 0, reason, t, 0}, {st, en, n}
 end
 
 -- limiter.SlidingWindowCounterState.take
@@ -380,6 +408,8 @@ while i <= nargv do
       r, s2 = slidingWindowLog(s, p, KEYS[k])
     elseif alg == 3 then
       r, s2 = slidingWindowCounter(s, p)
+    elseif alg == 7 then
+      r, s2 = calendarWindow(s, p)
     else
       r, s2 = leakyBucket(s, p, alg == 6)
     end
