@@ -147,6 +147,8 @@ type ResponseSpec struct {
 // +kubebuilder:validation:XValidation:rule="!has(self.leakyBucket) || self.algorithm == 'LeakyBucket'",message="leakyBucket applies only to algorithm LeakyBucket",fieldPath=".leakyBucket"
 // +kubebuilder:validation:XValidation:rule="self.algorithm != 'SlidingWindowLog' || self.limit <= 10000",message="limit must be at most 10000 for SlidingWindowLog, which stores one timestamp per admitted request; use SlidingWindowCounter for larger limits",fieldPath=".limit"
 // +kubebuilder:validation:XValidation:rule="!has(self.cost) || self.cost <= (has(self.burst) ? self.burst : self.limit)",message="cost must not exceed burst (or limit when burst is unset): such a request could never pass",fieldPath=".cost"
+// +kubebuilder:validation:XValidation:rule="has(self.window) != has(self.calendar)",message="set exactly one of window and calendar"
+// +kubebuilder:validation:XValidation:rule="!has(self.calendar) || self.algorithm == 'FixedWindow'",message="calendar applies only to algorithm FixedWindow",fieldPath=".calendar"
 type Rule struct {
 	// name identifies the rule in metrics, logs and the 429 body; unique within the policy.
 	// A DNS label: lower-case letters, digits and '-', at most 63 characters.
@@ -183,9 +185,15 @@ type Rule struct {
 	Limit int64 `json:"limit"`
 
 	// window is the period limit applies to, a Go duration in whole milliseconds from 1ms to
-	// 24h (e.g. 1s, 1m, 1h).
-	// +required
-	Window Window `json:"window"`
+	// 24h (e.g. 1s, 1m, 1h). Exactly one of window and calendar is set.
+	// +optional
+	Window Window `json:"window,omitempty"`
+
+	// calendar makes a FixedWindow count per calendar day, ISO week or month of a time zone,
+	// each beginning at local midnight (months have their real lengths, DST days 23 or 25
+	// hours), instead of per window. Only for FixedWindow; exactly one of window and calendar.
+	// +optional
+	Calendar *CalendarSpec `json:"calendar,omitempty"`
 
 	// burst is the bucket capacity of TokenBucket and LeakyBucket, 1 to 100000000; limit by
 	// default. Only for those two algorithms.
@@ -215,6 +223,34 @@ type Rule struct {
 	// +optional
 	// +kubebuilder:default=Enforce
 	Mode RuleMode `json:"mode,omitempty"`
+}
+
+// CalendarPeriod is the length of a calendar window.
+// +kubebuilder:validation:Enum=Day;Week;Month
+type CalendarPeriod string
+
+// The calendar periods.
+const (
+	Day   CalendarPeriod = "Day"
+	Week  CalendarPeriod = "Week"
+	Month CalendarPeriod = "Month"
+)
+
+// CalendarSpec is a calendar window: a period of a time zone.
+type CalendarSpec struct {
+	// period is Day, Week (an ISO week, from Monday) or Month.
+	// +required
+	Period CalendarPeriod `json:"period"`
+
+	// timeZone is the IANA time zone whose local midnight begins each window, such as
+	// Europe/Berlin; UTC by default. The controller rejects a zone its time-zone database
+	// does not know.
+	// +optional
+	// +kubebuilder:default=UTC
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=64
+	// +kubebuilder:validation:XValidation:rule="self.matches('^[A-Za-z][-A-Za-z0-9_+]*(/[A-Za-z0-9][-A-Za-z0-9_+]*)*$') && self != 'Local'",message="must be an IANA time zone name such as UTC, Europe/Berlin or America/New_York"
+	TimeZone string `json:"timeZone,omitempty"`
 }
 
 // LeakyBucketSpec configures algorithm LeakyBucket.

@@ -10,7 +10,10 @@ import (
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/yaml"
 
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
 	"github.com/sluice-dev/sluice/api/v1alpha1"
+	"github.com/sluice-dev/sluice/internal/policy"
 	"github.com/sluice-dev/sluice/internal/policyfile"
 )
 
@@ -35,6 +38,14 @@ func algorithm(a v1alpha1.Algorithm) func(*v1alpha1.RateLimitPolicy) {
 
 func window(w string) func(*v1alpha1.RateLimitPolicy) {
 	return rule0(func(r *v1alpha1.Rule) { r.Window = v1alpha1.Window(w) })
+}
+
+// calendar makes the first rule a calendar FixedWindow.
+func calendar(period v1alpha1.CalendarPeriod, zone string) func(*v1alpha1.RateLimitPolicy) {
+	return rule0(func(r *v1alpha1.Rule) {
+		r.Algorithm, r.Window = v1alpha1.FixedWindow, ""
+		r.Calendar = &v1alpha1.CalendarSpec{Period: period, TimeZone: zone}
+	})
 }
 
 func queue(maxDelay string) func(*v1alpha1.RateLimitPolicy) {
@@ -135,6 +146,18 @@ var _ = Describe("RateLimitPolicy validation", func() {
 		Entry("unknown method", rule0(func(r *v1alpha1.Rule) { r.Match = &v1alpha1.RuleMatch{Methods: []v1alpha1.HTTPMethod{"FETCH"}} }),
 			"spec.rules[0].match.methods[0]", "Unsupported value"),
 		Entry("unknown mode", rule0(func(r *v1alpha1.Rule) { r.Mode = "Maybe" }), "spec.rules[0].mode", "Unsupported value"),
+		Entry("calendar and window", func(p *v1alpha1.RateLimitPolicy) {
+			calendar(v1alpha1.Month, "UTC")(p)
+			window("1h")(p)
+		}, "spec.rules[0]", "set exactly one of window and calendar"),
+		Entry("neither calendar nor window", window(""), "spec.rules[0]", "set exactly one of window and calendar"),
+		Entry("calendar on TokenBucket", func(p *v1alpha1.RateLimitPolicy) {
+			calendar(v1alpha1.Month, "UTC")(p)
+			algorithm(v1alpha1.TokenBucket)(p)
+		}, "spec.rules[0].calendar", "calendar applies only to algorithm FixedWindow"),
+		Entry("calendar period Year", calendar("Year", "UTC"), "spec.rules[0].calendar.period", "Unsupported value"),
+		Entry("calendar zone that is no IANA name", calendar(v1alpha1.Day, "Berlin time"), "spec.rules[0].calendar.timeZone", "must be an IANA time zone name"),
+		Entry("calendar zone Local", calendar(v1alpha1.Day, "Local"), "spec.rules[0].calendar.timeZone", "must be an IANA time zone name"),
 	)
 
 	DescribeTable("accepts valid policies, online and offline",
@@ -154,6 +177,9 @@ var _ = Describe("RateLimitPolicy validation", func() {
 		Entry("a 1ms window", window("1ms")),
 		Entry("a 24h window", window("24h")),
 		Entry("cost equal to limit", rule0(func(r *v1alpha1.Rule) { r.Cost = ptr.To[int64](10) })),
+		Entry("a monthly calendar quota in Europe/Berlin", calendar(v1alpha1.Month, "Europe/Berlin")),
+		Entry("a weekly calendar quota in the default zone", calendar(v1alpha1.Week, "")),
+		Entry("a daily calendar quota in America/Argentina/Buenos_Aires", calendar(v1alpha1.Day, "America/Argentina/Buenos_Aires")),
 		Entry("every key source and match", func(p *v1alpha1.RateLimitPolicy) {
 			p.Spec.TrustedProxies = []v1alpha1.CIDR{"198.18.0.0/15", "fd00::/8", "203.0.113.7/32"}
 			p.Spec.FailureMode = v1alpha1.FailureClosed
@@ -168,6 +194,26 @@ var _ = Describe("RateLimitPolicy validation", func() {
 			})(p)
 		}),
 	)
+
+	It("defaults a calendar's zone to UTC and renders it; refuses a zone the database does not know", func(ctx context.Context) {
+		p := newPolicy(ns, "monthly", calendar(v1alpha1.Month, ""))
+		Expect(k8sClient.Create(ctx, p)).To(Succeed())
+		Expect(p.Spec.Rules[0].Calendar.TimeZone).To(Equal("UTC"))
+		Eventually(func(g Gomega) {
+			_, doc := rendered(g, ctx, ns)
+			g.Expect(doc.Policies).To(HaveLen(1))
+			g.Expect(doc.Policies[0].Rules[0].Calendar).To(Equal(&policy.Calendar{Period: "Month", TimeZone: "UTC"}))
+		}).Should(Succeed())
+
+		Expect(k8sClient.Create(ctx, newPolicy(ns, "nowhere", calendar(v1alpha1.Day, "Europe/Nowhere"),
+			rule0(func(r *v1alpha1.Rule) { r.Name = "daily" })))).To(Succeed())
+		Eventually(func(g Gomega) {
+			_, accepted, _ := status(g, ctx, ns, "nowhere")
+			g.Expect(accepted.Status).To(Equal(metav1.ConditionFalse))
+			g.Expect(accepted.Reason).To(Equal(v1alpha1.ReasonInvalid))
+			g.Expect(accepted.Message).To(ContainSubstring(`calendar.timeZone: time zone "Europe/Nowhere" is not an IANA time zone`))
+		}).Should(Succeed())
+	})
 
 	It("applies defaults", func(ctx context.Context) {
 		p := newPolicy(ns, "defaults", queue("1s"), rule0(func(r *v1alpha1.Rule) { r.LeakyBucket.Mode = "" }))

@@ -2,6 +2,7 @@ package limiter
 
 import (
 	"fmt"
+	"strings"
 	"sync"
 	"time"
 )
@@ -31,6 +32,18 @@ func (p Period) Nominal() time.Duration {
 		return 31*24*time.Hour + time.Hour
 	}
 	return 0
+}
+
+// Per names what the limit counts per, for messages: "1m0s", or "month in Europe/Berlin".
+func (l Limit) Per() string {
+	if l.Period == "" {
+		return l.Window.String()
+	}
+	zone := "UTC"
+	if l.Zone != nil {
+		zone = l.Zone.String()
+	}
+	return strings.ToLower(string(l.Period)) + " in " + zone
 }
 
 var zones sync.Map // name -> *time.Location

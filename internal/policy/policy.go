@@ -160,7 +160,10 @@ type Rule struct {
 	Key       []KeyPart `json:"key"`
 	Algorithm string    `json:"algorithm"`
 	Limit     int64     `json:"limit"`
-	WindowMs  int64     `json:"windowMs"`
+	// WindowMs is the window; 0 for a calendar rule.
+	WindowMs int64 `json:"windowMs"`
+	// Calendar, when set, makes a FixedWindow count per calendar period of a time zone.
+	Calendar *Calendar `json:"calendar,omitempty"`
 	// Burst is the bucket capacity (TokenBucket and LeakyBucket only; Limit when unset).
 	Burst int64 `json:"burst,omitempty"`
 	// LeakyMode is Meter or Queue for LeakyBucket, empty otherwise.
@@ -170,6 +173,12 @@ type Rule struct {
 	// CostHeader is the canonical name of the header that may carry the cost.
 	CostHeader string   `json:"costHeader,omitempty"`
 	Mode       RuleMode `json:"mode"`
+}
+
+// Calendar is a calendar window: Period (limiter.Day, Week or Month) in the IANA TimeZone.
+type Calendar struct {
+	Period   string `json:"period"`
+	TimeZone string `json:"timeZone"`
 }
 
 // RuleMode says whether a rule rejects requests or only counts them.
@@ -212,8 +221,14 @@ type KeyPart struct {
 	Name   string `json:"name,omitempty"`
 }
 
-// LimiterLimit returns the limiter parameters of the rule.
+// LimiterLimit returns the limiter parameters of the rule. A calendar rule whose zone does
+// not load gets no Zone, which Validate rejects (validate names the zone's error).
 func (r Rule) LimiterLimit() limiter.Limit {
+	if c := r.Calendar; c != nil {
+		zone, _ := limiter.LoadZone(c.TimeZone)
+		p := limiter.Period(c.Period)
+		return limiter.Limit{Algorithm: limiter.Algorithm(r.Algorithm), Limit: r.Limit, Window: p.Nominal(), Period: p, Zone: zone}
+	}
 	return limiter.Limit{
 		Algorithm: limiter.Algorithm(r.Algorithm),
 		Limit:     r.Limit,
@@ -296,6 +311,14 @@ func (p Policy) Validate() error {
 }
 
 func (r Rule) validate() error {
+	if c := r.Calendar; c != nil {
+		if r.WindowMs != 0 {
+			return errors.New("calendar and windowMs are both set")
+		}
+		if _, err := limiter.LoadZone(c.TimeZone); err != nil {
+			return fmt.Errorf("calendar: %w", err)
+		}
+	}
 	if err := r.LimiterLimit().Validate(); err != nil {
 		return err
 	}

@@ -18,6 +18,7 @@ import (
 	"k8s.io/apimachinery/pkg/labels"
 
 	"github.com/sluice-dev/sluice/api/v1alpha1"
+	"github.com/sluice-dev/sluice/internal/limiter"
 	"github.com/sluice-dev/sluice/internal/policy"
 )
 
@@ -60,11 +61,25 @@ func Compile(p *v1alpha1.RateLimitPolicy) (policy.Policy, error) {
 }
 
 func compileRule(r v1alpha1.Rule) (policy.Rule, error) {
-	window, err := parseMillis(string(r.Window))
-	if err != nil {
+	var (
+		window int64
+		cal    *policy.Calendar
+		err    error
+	)
+	if c := r.Calendar; c != nil {
+		if r.Window != "" {
+			return policy.Rule{}, fmt.Errorf("set exactly one of window and calendar")
+		}
+		cal = &policy.Calendar{Period: string(c.Period), TimeZone: orDefault(c.TimeZone, "UTC")}
+		// The schema checks the zone's spelling; only the time-zone database knows it.
+		if _, err := limiter.LoadZone(cal.TimeZone); err != nil {
+			return policy.Rule{}, fmt.Errorf("calendar.timeZone: %w", err)
+		}
+	} else if window, err = parseMillis(string(r.Window)); err != nil {
 		return policy.Rule{}, fmt.Errorf("window: %w", err)
 	}
 	out := policy.Rule{
+		Calendar:  cal,
 		Name:      r.Name,
 		Algorithm: string(r.Algorithm),
 		Limit:     r.Limit,
@@ -390,7 +405,11 @@ func sharedRuleName(a, b policy.Policy) (string, bool) {
 func Summary(p *v1alpha1.RateLimitPolicy) string {
 	parts := make([]string, 0, len(p.Spec.Rules))
 	for _, r := range p.Spec.Rules {
-		s := fmt.Sprintf("%s %d/%s", r.Algorithm, r.Limit, r.Window)
+		per := string(r.Window)
+		if c := r.Calendar; c != nil {
+			per = strings.ToLower(string(c.Period)) + " " + orDefault(c.TimeZone, "UTC")
+		}
+		s := fmt.Sprintf("%s %d/%s", r.Algorithm, r.Limit, per)
 		if r.Mode == v1alpha1.Shadow {
 			s += " (shadow)"
 		}

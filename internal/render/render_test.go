@@ -135,3 +135,35 @@ func TestAPIEnumsAreTheFormatsVocabulary(t *testing.T) {
 		})
 	}
 }
+
+// TestCompileCalendar renders a calendar rule, its zone defaulted to UTC, and refuses a zone
+// the time-zone database does not know, naming the field.
+func TestCompileCalendar(t *testing.T) {
+	p := &v1alpha1.RateLimitPolicy{}
+	p.Name = "p"
+	p.Spec.Rules = []v1alpha1.Rule{{Name: "m", Key: []v1alpha1.KeyPart{{ClientIP: &v1alpha1.ClientIPKey{}}}, Algorithm: v1alpha1.FixedWindow,
+		Limit: 100000, Calendar: &v1alpha1.CalendarSpec{Period: v1alpha1.Month}}}
+	got, err := Compile(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := got.Rules[0]
+	if r.WindowMs != 0 || r.Calendar == nil || *r.Calendar != (policy.Calendar{Period: "Month", TimeZone: "UTC"}) {
+		t.Errorf("rule: %+v", r)
+	}
+	if lim := r.LimiterLimit(); lim.Period != "Month" || lim.Zone.String() != "UTC" || lim.Validate() != nil {
+		t.Errorf("limit %+v: %v", lim, lim.Validate())
+	}
+	if s := Summary(p); s != "FixedWindow 100000/month UTC" {
+		t.Errorf("summary %q", s)
+	}
+	p.Spec.Rules[0].Calendar.TimeZone = "Mars/Olympus_Mons"
+	if _, err := Compile(p); err == nil || !strings.Contains(err.Error(), `spec.rules[0] (m): calendar.timeZone: time zone "Mars/Olympus_Mons"`) {
+		t.Errorf("an unknown zone compiled: %v", err)
+	}
+	p.Spec.Rules[0].Calendar.TimeZone = "UTC"
+	p.Spec.Rules[0].Window = "1h"
+	if _, err := Compile(p); err == nil || !strings.Contains(err.Error(), "exactly one of window and calendar") {
+		t.Errorf("window and calendar compiled: %v", err)
+	}
+}

@@ -20,7 +20,8 @@ type Rule struct {
 }
 
 // ParseRule parses NAME=ALGORITHM,LIMIT,WINDOW[,shadow] (e.g. per-ip=FixedWindow,5,1h): a rule
-// of limit units per window, Burst the limit for the buckets.
+// of limit units per window, Burst the limit for the buckets. WINDOW may be a calendar period,
+// PERIOD@ZONE (Calendar), for FixedWindow.
 func ParseRule(s string) (Rule, error) {
 	name, spec, ok := strings.Cut(s, "=")
 	f := strings.Split(spec, ",")
@@ -31,15 +32,35 @@ func ParseRule(s string) (Rule, error) {
 	if err != nil {
 		return Rule{}, fmt.Errorf("rule %q: limit %q is not a whole number", s, f[1])
 	}
-	w, err := time.ParseDuration(f[2])
-	if err != nil {
+	r := Rule{Name: name, Limit: limiter.Limit{Algorithm: limiter.Algorithm(f[0]), Limit: n}, Shadow: len(f) == 4}
+	if strings.Contains(f[2], "@") {
+		if err := Calendar(&r.Limit, f[2]); err != nil {
+			return Rule{}, fmt.Errorf("rule %q: %w", s, err)
+		}
+	} else if r.Limit.Window, err = time.ParseDuration(f[2]); err != nil {
 		return Rule{}, fmt.Errorf("rule %q: window: %w", s, err)
 	}
-	r := Rule{Name: name, Limit: limiter.Limit{Algorithm: limiter.Algorithm(f[0]), Limit: n, Window: w}, Shadow: len(f) == 4}
 	if err := r.Limit.Validate(); err != nil {
 		return Rule{}, fmt.Errorf("rule %q: %w", s, err)
 	}
 	return r, nil
+}
+
+// Calendar makes lim a calendar window from PERIOD@ZONE, e.g. Month@Europe/Berlin (Day, Week
+// or Month; the zone an IANA name, UTC when empty): its Period, Zone and Window (the period's
+// nominal length).
+func Calendar(lim *limiter.Limit, spec string) error {
+	period, zone, _ := strings.Cut(spec, "@")
+	p := limiter.Period(period)
+	if p.Nominal() == 0 {
+		return fmt.Errorf("calendar %q: period %q is not Day, Week or Month", spec, period)
+	}
+	z, err := limiter.LoadZone(zone)
+	if err != nil {
+		return fmt.Errorf("calendar %q: %w", spec, err)
+	}
+	lim.Period, lim.Zone, lim.Window = p, z, p.Nominal()
+	return nil
 }
 
 // ReplayRules replays a multi-rule trace through store as the sidecar decides a request:
