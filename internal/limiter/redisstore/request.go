@@ -115,7 +115,12 @@ func (s *Store) TakeRequest(ctx context.Context, takes []limiter.Take, now time.
 func appendTake(args []any, k int, t *limiter.Take, now time.Time) []any {
 	lim := &t.Limit
 	shadow := 0
-	if t.Shadow {
+	switch {
+	case t.Check && t.Shadow:
+		shadow = 4
+	case t.Check:
+		shadow = 3
+	case t.Shadow:
 		shadow = 1
 	}
 	w, m := lim.WindowMs(), lim.MaxDelay.Milliseconds()
@@ -136,7 +141,9 @@ func (s *Store) runRequest(ctx context.Context, nowArg string, keys []string, ar
 	for i := range takes {
 		v := vals[requestFields*i:]
 		res[i] = resultFrom(v, takes[i].Limit.Capacity())
-		at, content = v[6], v[7]
+		if !takes[i].Check { // a check's content is what the state would have been
+			at, content = v[6], v[7]
+		}
 	}
 	return at, content, nil
 }
@@ -216,7 +223,9 @@ func (s *Store) reserve(ctx context.Context, start time.Time, keys []string, key
 		committed := true
 		for _, i := range c.takes {
 			if res[i].Allowed {
-				units += takes[i].N
+				if !takes[i].Check {
+					units += takes[i].N
+				}
 			} else if !takes[i].Shadow {
 				committed = false // the script charged nothing
 			}
@@ -224,7 +233,7 @@ func (s *Store) reserve(ctx context.Context, start time.Time, keys []string, key
 		if !committed || units == 0 {
 			continue
 		}
-		lim := &takes[c.takes[len(c.takes)-1]].Limit // the content is under its capacity
+		lim := &takes[c.takes[len(c.takes)-1]].Limit // the content is under its capacity (a key has one limit)
 		wg.Go(func() {
 			err := refundScript.Run(rctx, s.client, keys[k:k+1], s.minTTL, algCode(lim), lim.Limit,
 				lim.WindowMs(), lim.Capacity(), units, c.at, c.content).Err()

@@ -239,6 +239,36 @@ func (s *Store) Take(ctx context.Context, key string, lim limiter.Limit, n int64
 	return resultFrom(vals, lim.Capacity()), nil
 }
 
+var _ limiter.Charger = (*Store)(nil)
+
+// Charge implements limiter.Charger: a late charge of n units, as one group of the request
+// script (a take flagged 2, lua/request.lua), coalesced like Take. now, lim, n and the errors
+// are as for Take; lim must be LateChargeable.
+func (s *Store) Charge(ctx context.Context, key string, lim limiter.Limit, n int64, now time.Time) (limiter.Result, error) {
+	nowArg := ""
+	if s.explicitTime {
+		nowMs := now.UnixMilli()
+		if nowMs < 0 || nowMs > limiter.MaxNowMs {
+			return limiter.Result{}, fmt.Errorf("%w: %s is outside the Unix epoch .. %d ms", limiter.ErrInvalidTime, now, limiter.MaxNowMs)
+		}
+		nowArg = strconv.FormatInt(nowMs, 10)
+	}
+	if err := limiter.ValidateCharge(lim, n); err != nil {
+		return limiter.Result{}, err
+	}
+	ctx, cancel := context.WithTimeout(ctx, s.timeout)
+	defer cancel()
+	start := time.Now()
+	t := limiter.Take{Key: key, Limit: lim, N: n}
+	args := appendTake(make([]any, 1, 1+takeArgs), 1, &t, now)
+	args[0], args[len(args)-1] = -1, 2
+	vals, err := s.run(ctx, nowArg, s.Keys(key, lim), args, 1)
+	if err != nil {
+		return limiter.Result{}, s.wrap(ctx, err, time.Since(start))
+	}
+	return resultFrom(vals, lim.Capacity()), nil
+}
+
 // reasons maps the scripts' reason codes to limiter.Reason.
 var reasons = map[int64]limiter.Reason{
 	0: "",

@@ -7,7 +7,9 @@
 -- ARGV[3..]: groups, one per request, in order: the number of takes g, then g takes of 8
 --   fields: key (index into KEYS), algorithm (1 fw, 2 swl, 3 swc, 4 tb, 5 lbm, 6 lbq), L,
 --   W (window, ms), cap (Limit.Capacity), c (cost, 1..), M (LeakyBucket Queue's MaxDelay, ms),
---   shadow (1: the take does not deny its group, 0: it does)
+--   shadow (1: the take does not deny its group, 0: it does; 3: a check, which denies its
+--   group but never changes the state, 4 a shadow check; 2: a late charge, limiter.Charger, in a group of one
+--   committed take, only for FixedWindow, calendar FixedWindow and TokenBucket)
 --   Algorithm 7 is a calendar FixedWindow: its W is the end and M the start of the window
 --   that holds the caller's now (ms), computed by the caller in the rule's time zone.
 -- Returns 8 integers per take, in order: {allowed 0/1, remaining, resetAfter ms,
@@ -178,7 +180,64 @@ local function tokenBucket(s, p)
   else
     retry, reason = cdiv(c * W - tokens, L), 1
   end
-  return {allowed, fdiv(tokens, W), cdiv(full - tokens, L), retry, 0, reason, last, tokens}, {tokens, last}
+  return {allowed, math.max(0, fdiv(tokens, W)), cdiv(full - tokens, L), retry, 0, reason, last, tokens}, {tokens, last}
+end
+
+-- The late charges (limiter's charge methods): the state brought forward as the take does,
+-- then the units charged whether or not they fit: a window's count up to L, a bucket's tokens
+-- down to limiter.MaxDebt.
+local function lateCharge(s, p)
+  local alg, L, c = p.alg, p.L, p.c
+  if alg == 4 then
+    local W, cap = p.W, p.cap
+    local full = cap * W
+    local tokens, last = full, now
+    if s then tokens, last = s[1], s[2] end
+    tokens = math.min(tokens, full)
+    if now > last then
+      local dt = now - last
+      if dt >= cdiv(full - tokens, L) then
+        tokens = full
+      else
+        tokens = tokens + dt * L
+      end
+      last = now
+    end
+    local floor = full - 9007199254740991 -- limiter.MaxDebt
+    if c > fdiv(tokens - floor, W) then -- tokens - floor <= 2^53 - 1
+      tokens = floor
+    else
+      tokens = tokens - c * W -- c*W <= tokens - floor
+    end
+    return {1, math.max(0, fdiv(tokens, W)), cdiv(full - tokens, L), 0, 0, 0, last, tokens}, {tokens, last}
+  end
+  local t, e, st = now, 0, nil
+  local n = 0
+  if alg == 7 then -- calendar: p.M, p.W are the start and end of now's window
+    local a, b = 0, 0
+    if s then a, b, n = s[1], s[2], s[3] end
+    if p.M > a then
+      a, b, n = p.M, p.W, 0
+    elseif p.M < a then
+      t = a
+    end
+    e, st = math.max(1, b - t), {a, b}
+  else
+    local W, win = p.W, 0
+    if s then win, n = s[1], s[2] end
+    local w = fdiv(t, W)
+    if w > win then
+      win, n = w, 0
+    elseif w < win then
+      t = win * W
+    end
+    e, st = (win + 1) * W - t, {win}
+  end
+  n = math.min(L, n + math.min(c, L))
+  st[#st + 1] = n
+  local reset = 0
+  if n > 0 then reset = e end
+  return {1, L - n, reset, 0, 0, 0, t, 0}, st
 end
 
 -- limiter.LeakyBucketState.takeMeter, or takeQueue when queue; an absent key is empty
@@ -394,13 +453,16 @@ while i <= nargv do
     local k = tonumber(ARGV[i])
     p.alg, p.L, p.W = tonumber(ARGV[i + 1]), tonumber(ARGV[i + 2]), tonumber(ARGV[i + 3])
     p.cap, p.c, p.M = tonumber(ARGV[i + 4]), tonumber(ARGV[i + 5]), tonumber(ARGV[i + 6])
-    local shadow = ARGV[i + 7] == '1'
+    local flag = ARGV[i + 7]
+    local shadow, check = flag == '1' or flag == '4', flag == '3' or flag == '4'
     i = i + 8
     local e = load(k, p)
     local s = e.s
     if tent and tent[k] then s = tent[k][1] end
     local alg, r, s2 = p.alg
-    if alg == 4 then
+    if flag == '2' then
+      r, s2 = lateCharge(s, p)
+    elseif alg == 4 then
       r, s2 = tokenBucket(s, p)
     elseif alg == 1 then
       r, s2 = fixedWindow(s, p)
@@ -413,7 +475,9 @@ while i <= nargv do
     else
       r, s2 = leakyBucket(s, p, alg == 6)
     end
-    if always then
+    if check then
+      if r[1] == 0 and not shadow and not always then admit = false end
+    elseif always then
       e.s, e.reset, e.dirty = s2, r[3], true
     else
       tent[k] = {s2, r[3]}
