@@ -2,6 +2,7 @@ package v1alpha1
 
 import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/intstr"
 )
 
 // Algorithm is the rate-limiting algorithm of a rule.
@@ -149,6 +150,7 @@ type ResponseSpec struct {
 // +kubebuilder:validation:XValidation:rule="!has(self.cost) || self.cost <= (has(self.burst) ? self.burst : self.limit)",message="cost must not exceed burst (or limit when burst is unset): such a request could never pass",fieldPath=".cost"
 // +kubebuilder:validation:XValidation:rule="has(self.window) != has(self.calendar)",message="set exactly one of window and calendar"
 // +kubebuilder:validation:XValidation:rule="!has(self.calendar) || self.algorithm == 'FixedWindow'",message="calendar applies only to algorithm FixedWindow",fieldPath=".calendar"
+// +kubebuilder:validation:XValidation:rule="!has(self.countWhen) || self.algorithm in ['FixedWindow', 'TokenBucket']",message="countWhen applies only to FixedWindow and TokenBucket, the algorithms that take a charge after the response",fieldPath=".countWhen"
 type Rule struct {
 	// name identifies the rule in metrics, logs and the 429 body; unique within the policy.
 	// A DNS label: lower-case letters, digits and '-', at most 63 characters.
@@ -218,11 +220,30 @@ type Rule struct {
 	// +optional
 	CostHeader HeaderName `json:"costHeader,omitempty"`
 
+	// countWhen counts a request only when its response matches: the request is admitted when
+	// the counter has room (a check), and charged after the response only if its status is
+	// listed, e.g. {statusCodes: [401, 403]} to count failed logins. Only for FixedWindow and
+	// TokenBucket. Concurrent requests of one key can pass the limit by at most their number.
+	// +optional
+	CountWhen *CountWhen `json:"countWhen,omitempty"`
+
 	// mode is Enforce (the default: reject over the limit) or Shadow (count and report in
 	// metrics and headers, never reject), for trying a limit on live traffic.
 	// +optional
 	// +kubebuilder:default=Enforce
 	Mode RuleMode `json:"mode,omitempty"`
+}
+
+// CountWhen selects the responses whose requests count.
+type CountWhen struct {
+	// statusCodes lists the response statuses that count: codes (401) or inclusive ranges
+	// ("400-499"), 100 to 599. The controller checks the codes and ranges (a CEL rule on
+	// these int-or-string items exceeds the API server's cost budget) and rejects a policy
+	// with a malformed one (Accepted=False naming the entry).
+	// +required
+	// +kubebuilder:validation:MinItems=1
+	// +kubebuilder:validation:MaxItems=16
+	StatusCodes []intstr.IntOrString `json:"statusCodes"`
 }
 
 // CalendarPeriod is the length of a calendar window.

@@ -11,6 +11,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/intstr"
 
 	"github.com/sluice-dev/sluice/api/v1alpha1"
 	"github.com/sluice-dev/sluice/internal/policy"
@@ -46,6 +47,10 @@ func calendar(period v1alpha1.CalendarPeriod, zone string) func(*v1alpha1.RateLi
 		r.Algorithm, r.Window = v1alpha1.FixedWindow, ""
 		r.Calendar = &v1alpha1.CalendarSpec{Period: period, TimeZone: zone}
 	})
+}
+
+func countWhen(codes ...intstr.IntOrString) func(*v1alpha1.RateLimitPolicy) {
+	return rule0(func(r *v1alpha1.Rule) { r.CountWhen = &v1alpha1.CountWhen{StatusCodes: codes} })
 }
 
 func queue(maxDelay string) func(*v1alpha1.RateLimitPolicy) {
@@ -157,6 +162,13 @@ var _ = Describe("RateLimitPolicy validation", func() {
 		}, "spec.rules[0].calendar", "calendar applies only to algorithm FixedWindow"),
 		Entry("calendar period Year", calendar("Year", "UTC"), "spec.rules[0].calendar.period", "Unsupported value"),
 		Entry("calendar zone that is no IANA name", calendar(v1alpha1.Day, "Berlin time"), "spec.rules[0].calendar.timeZone", "must be an IANA time zone name"),
+		Entry("countWhen on SlidingWindowCounter", func(p *v1alpha1.RateLimitPolicy) {
+			algorithm(v1alpha1.SlidingWindowCounter)(p)
+			countWhen(intstr.FromInt32(401))(p)
+		}, "spec.rules[0].countWhen", "countWhen applies only to FixedWindow and TokenBucket"),
+		Entry("countWhen without codes", func(p *v1alpha1.RateLimitPolicy) {
+			p.Spec.Rules[0].CountWhen = &v1alpha1.CountWhen{StatusCodes: []intstr.IntOrString{}}
+		}, "spec.rules[0].countWhen.statusCodes", "should have at least 1 items"),
 		Entry("calendar zone Local", calendar(v1alpha1.Day, "Local"), "spec.rules[0].calendar.timeZone", "must be an IANA time zone name"),
 	)
 
@@ -177,6 +189,11 @@ var _ = Describe("RateLimitPolicy validation", func() {
 		Entry("a 1ms window", window("1ms")),
 		Entry("a 24h window", window("24h")),
 		Entry("cost equal to limit", rule0(func(r *v1alpha1.Rule) { r.Cost = ptr.To[int64](10) })),
+		Entry("countWhen with codes and a range", countWhen(intstr.FromInt32(401), intstr.FromInt32(403), intstr.FromString("500-599"))),
+		Entry("countWhen on a monthly calendar quota", func(p *v1alpha1.RateLimitPolicy) {
+			calendar(v1alpha1.Month, "Europe/Berlin")(p)
+			countWhen(intstr.FromString("400-499"))(p)
+		}),
 		Entry("a monthly calendar quota in Europe/Berlin", calendar(v1alpha1.Month, "Europe/Berlin")),
 		Entry("a weekly calendar quota in the default zone", calendar(v1alpha1.Week, "")),
 		Entry("a daily calendar quota in America/Argentina/Buenos_Aires", calendar(v1alpha1.Day, "America/Argentina/Buenos_Aires")),
@@ -203,6 +220,14 @@ var _ = Describe("RateLimitPolicy validation", func() {
 			_, doc := rendered(g, ctx, ns)
 			g.Expect(doc.Policies).To(HaveLen(1))
 			g.Expect(doc.Policies[0].Rules[0].Calendar).To(Equal(&policy.Calendar{Period: "Month", TimeZone: "UTC"}))
+		}).Should(Succeed())
+
+		Expect(k8sClient.Create(ctx, newPolicy(ns, "bad-range", countWhen(intstr.FromString("499-400")),
+			rule0(func(r *v1alpha1.Rule) { r.Name = "failures" })))).To(Succeed())
+		Eventually(func(g Gomega) {
+			_, accepted, _ := status(g, ctx, ns, "bad-range")
+			g.Expect(accepted.Status).To(Equal(metav1.ConditionFalse))
+			g.Expect(accepted.Message).To(ContainSubstring(`countWhen.statusCodes[0]: 499-400 is not a status code from 100 to 599`))
 		}).Should(Succeed())
 
 		Expect(k8sClient.Create(ctx, newPolicy(ns, "nowhere", calendar(v1alpha1.Day, "Europe/Nowhere"),

@@ -173,6 +173,26 @@ type Rule struct {
 	// CostHeader is the canonical name of the header that may carry the cost.
 	CostHeader string   `json:"costHeader,omitempty"`
 	Mode       RuleMode `json:"mode"`
+	// CountWhen, when not empty, lists the response statuses whose requests count: the
+	// request is checked at admission and charged after the response only if its status is
+	// in one of the ranges.
+	CountWhen []StatusRange `json:"countWhen,omitempty"`
+}
+
+// StatusRange is an inclusive range of HTTP statuses, Lo <= Hi, both in 100..599.
+type StatusRange struct {
+	Lo int `json:"lo"`
+	Hi int `json:"hi"`
+}
+
+// Counts reports whether status is in one of the ranges.
+func Counts(ranges []StatusRange, status int) bool {
+	for _, r := range ranges {
+		if r.Lo <= status && status <= r.Hi {
+			return true
+		}
+	}
+	return false
 }
 
 // Calendar is a calendar window: Period (limiter.Day, Week or Month) in the IANA TimeZone.
@@ -324,6 +344,14 @@ func (r Rule) validate() error {
 	}
 	if r.Cost < 1 || r.Cost > r.LimiterLimit().Capacity() {
 		return fmt.Errorf("cost %d is outside 1..%d", r.Cost, r.LimiterLimit().Capacity())
+	}
+	for _, sr := range r.CountWhen {
+		if sr.Lo < 100 || sr.Hi > 599 || sr.Lo > sr.Hi {
+			return fmt.Errorf("countWhen range %d-%d is not within 100..599", sr.Lo, sr.Hi)
+		}
+	}
+	if len(r.CountWhen) > 0 && !r.LimiterLimit().LateChargeable() {
+		return fmt.Errorf("countWhen applies only to FixedWindow and TokenBucket, not %s", r.Algorithm)
 	}
 	if r.Mode != Enforce && r.Mode != Shadow {
 		return fmt.Errorf("mode %q is not Enforce or Shadow", r.Mode)

@@ -1,6 +1,8 @@
 package render
 
 import (
+	"k8s.io/apimachinery/pkg/util/intstr"
+
 	"encoding/json"
 	"os"
 	"path/filepath"
@@ -165,5 +167,32 @@ func TestCompileCalendar(t *testing.T) {
 	p.Spec.Rules[0].Window = "1h"
 	if _, err := Compile(p); err == nil || !strings.Contains(err.Error(), "exactly one of window and calendar") {
 		t.Errorf("window and calendar compiled: %v", err)
+	}
+}
+
+// TestCompileCountWhen renders countWhen's codes and ranges and refuses malformed ones,
+// which the schema cannot check within the API server's CEL budget.
+func TestCompileCountWhen(t *testing.T) {
+	p := &v1alpha1.RateLimitPolicy{}
+	p.Name = "p"
+	p.Spec.Rules = []v1alpha1.Rule{{Name: "f", Key: []v1alpha1.KeyPart{{ClientIP: &v1alpha1.ClientIPKey{}}}, Algorithm: v1alpha1.FixedWindow,
+		Limit: 10, Window: "1h", CountWhen: &v1alpha1.CountWhen{StatusCodes: []intstr.IntOrString{intstr.FromInt32(401), intstr.FromString("500-599")}}}}
+	got, err := Compile(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cw := got.Rules[0].CountWhen; len(cw) != 2 || cw[0] != (policy.StatusRange{Lo: 401, Hi: 401}) || cw[1] != (policy.StatusRange{Lo: 500, Hi: 599}) {
+		t.Errorf("countWhen %+v", cw)
+	}
+	for _, bad := range []intstr.IntOrString{intstr.FromInt32(99), intstr.FromInt32(600), intstr.FromString("499-400"), intstr.FromString("4xx"), intstr.FromString("400-")} {
+		p.Spec.Rules[0].CountWhen.StatusCodes = []intstr.IntOrString{bad}
+		if _, err := Compile(p); err == nil || !strings.Contains(err.Error(), "countWhen.statusCodes[0]") {
+			t.Errorf("%s compiled: %v", bad.String(), err)
+		}
+	}
+	p.Spec.Rules[0].CountWhen.StatusCodes = []intstr.IntOrString{intstr.FromInt32(401)}
+	p.Spec.Rules[0].Algorithm = v1alpha1.SlidingWindowCounter
+	if _, err := Compile(p); err == nil || !strings.Contains(err.Error(), "countWhen applies only to FixedWindow and TokenBucket") {
+		t.Errorf("countWhen on SlidingWindowCounter compiled: %v", err)
 	}
 }

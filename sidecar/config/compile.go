@@ -70,6 +70,9 @@ type Rule struct {
 	CostHeader string
 	// Shadow rules count and report but never deny or delay.
 	Shadow bool
+	// CountWhen, when not empty, makes the rule check at admission and charge after the
+	// response only when its status is in one of the ranges.
+	CountWhen []policy.StatusRange
 	// Queue is true for LeakyBucket Queue rules, which delay requests.
 	Queue bool
 	// DraftPolicy is the RateLimit-Policy field value, `"name";q=capacity;w=seconds`.
@@ -175,6 +178,7 @@ func compilePolicy(p policy.Policy, podName string, m *metrics.Metrics) (*Policy
 			Cost:        max(r.Cost, 1),
 			CostHeader:  r.CostHeader,
 			Shadow:      r.Mode == policy.Shadow,
+			CountWhen:   r.CountWhen,
 			Queue:       lim.Algorithm == limiter.LeakyBucket && lim.Mode == limiter.Queue,
 			DraftPolicy: quoted + ";q=" + strconv.FormatInt(lim.Capacity(), 10) + ";w=" + strconv.FormatInt(window, 10),
 			LimitValue:  strconv.FormatInt(lim.Capacity(), 10),
