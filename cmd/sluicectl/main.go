@@ -19,6 +19,7 @@ commands:
   simulate   replay arrivals (ms since the epoch, one per line) through a limiter
              (simulate rules: requests against several rules, decided as one unit)
   status     what the sidecars of a namespace decide now, per policy and rule (via the API server)
+  quota      get or reset one key's counter of a rule in Redis (remaining, reset time, debt)
 `
 
 func main() {
@@ -39,6 +40,8 @@ func run(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 		return runSimulate(args[1:], stdin, stdout, stderr)
 	case "status":
 		return runStatus(args[1:], stdout, stderr)
+	case "quota":
+		return runQuota(args[1:], stdout, stderr)
 	case "help", "-h", "--help":
 		fmt.Fprint(stdout, usage)
 		return 0
