@@ -87,3 +87,28 @@ func TestSimulateCalendar(t *testing.T) {
 		t.Errorf("unknown zone: exit %d, stderr %q", code, stderr.String())
 	}
 }
+
+// TestSimulateCountWhen replays failed and successful logins through a rule that counts only
+// failures (status= on the trace line), on the memory store and on a real redis-server.
+func TestSimulateCountWhen(t *testing.T) {
+	var trace strings.Builder
+	statuses := []int{200, 200, 401, 200, 403, 200, 200}
+	for i, s := range statuses {
+		fmt.Fprintf(&trace, "%d login=10.0.0.1 status=%d\n", t0+int64(i), s)
+	}
+	want := decisions(0, "allow charged=-", 1, "allow charged=-", 2, "allow charged=login", 3, "allow charged=-",
+		4, "allow charged=login", 5, "deny by=login charged=-", 6, "deny by=login charged=-") + "allowed=5 denied=2\n"
+	redis := redisserver.StartTest(t)
+	for _, store := range [][]string{{"--store", "memory"}, {"--store", "redis", "--redis-url", redis.URL()}} {
+		t.Run(store[1], func(t *testing.T) {
+			args := append([]string{"simulate", "rules", "--rule", "login=FixedWindow,2,1h,countWhen=401|403|500-599"}, store...)
+			var stdout, stderr bytes.Buffer
+			if code := run(args, strings.NewReader(trace.String()), &stdout, &stderr); code != 0 || stderr.Len() > 0 {
+				t.Fatalf("exit %d, stderr %q", code, stderr.String())
+			}
+			if got := stdout.String(); got != want {
+				t.Errorf("output:\n%s\nwant:\n%s", got, want)
+			}
+		})
+	}
+}
