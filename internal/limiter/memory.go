@@ -43,8 +43,8 @@ type MemoryStoreOptions struct {
 // dropped. Taking on an existing key does not allocate (but for a growing log).
 //
 // An entry remembers the Limit it was last used with. When a key is used with a different Limit
-// (a policy was edited): if the Algorithm, Window or Mode changed the state means something
-// else, and the key starts fresh; otherwise (Limit, Burst or MaxDelay changed) the state is kept
+// (a policy was edited): if the Algorithm, Window, Mode or calendar (Period, Zone) changed the
+// state means something else, and the key starts fresh; otherwise (Limit, Burst or MaxDelay changed) the state is kept
 // and the transitions adapt it: counts are compared to the new limit, a bucket's content is
 // clamped to the new capacity.
 type MemoryStore struct {
