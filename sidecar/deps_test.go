@@ -49,3 +49,15 @@ func TestSidecarKnowsNothingOfTheAPIServer(t *testing.T) {
 		}
 	}
 }
+
+// TestSidecarCarriesTimeZones: calendar rules name IANA zones, and the image
+// (distroless/static) is not trusted to hold a time-zone database.
+func TestSidecarCarriesTimeZones(t *testing.T) {
+	out, err := exec.Command("go", "list", "-deps", ".").Output()
+	if err != nil {
+		t.Fatalf("go list -deps: %v", err)
+	}
+	if !strings.Contains(" "+strings.ReplaceAll(string(out), "\n", " "), " time/tzdata ") {
+		t.Fatal("the sidecar binary does not embed time/tzdata")
+	}
+}

@@ -9,6 +9,10 @@
 package main
 
 import (
+	// Calendar rules name IANA time zones; the images are distroless/static, so the binary
+	// carries its own copy of the database rather than trust the image to.
+	_ "time/tzdata"
+
 	"context"
 	"errors"
 	"flag"

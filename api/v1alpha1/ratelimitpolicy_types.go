@@ -2,6 +2,7 @@ package v1alpha1
 
 import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/intstr"
 )
 
 // Algorithm is the rate-limiting algorithm of a rule.
@@ -155,6 +156,10 @@ type ResponseSpec struct {
 // +kubebuilder:validation:XValidation:rule="!has(self.lease) || self.algorithm != 'SlidingWindowLog'",message="lease does not apply to SlidingWindowLog: it promises at most limit in every sliding window, and units spent up to maxAge after they were issued would break that promise (up to twice the limit in one window); use SlidingWindowCounter or TokenBucket",fieldPath=".lease"
 // +kubebuilder:validation:XValidation:rule="!has(self.lease) || !has(self.leakyBucket) || !has(self.leakyBucket.mode) || self.leakyBucket.mode != 'Queue'",message="lease does not apply to LeakyBucket mode Queue: a queued request's delay is decided from the bucket's level when it arrives, which a unit leased earlier cannot know; use mode Meter",fieldPath=".lease"
 // +kubebuilder:validation:XValidation:rule="!has(self.lease) || !has(self.lease.maxUnits) || self.lease.maxUnits <= (has(self.burst) ? self.burst : self.limit)",message="lease.maxUnits must not exceed burst (or limit when burst is unset): the shared limit never holds more units at once",fieldPath=".lease.maxUnits"
+// +kubebuilder:validation:XValidation:rule="!has(self.lease) || (!has(self.calendar) && !has(self.countWhen))",message="lease does not apply with calendar or countWhen: a calendar quota is decided in its store, and countWhen charges after the response, which a unit leased in advance cannot wait for",fieldPath=".lease"
+// +kubebuilder:validation:XValidation:rule="has(self.window) != has(self.calendar)",message="set exactly one of window and calendar"
+// +kubebuilder:validation:XValidation:rule="!has(self.calendar) || self.algorithm == 'FixedWindow'",message="calendar applies only to algorithm FixedWindow",fieldPath=".calendar"
+// +kubebuilder:validation:XValidation:rule="!has(self.countWhen) || self.algorithm in ['FixedWindow', 'TokenBucket']",message="countWhen applies only to FixedWindow and TokenBucket, the algorithms that take a charge after the response",fieldPath=".countWhen"
 type Rule struct {
 	// name identifies the rule in metrics, logs and the 429 body; unique within the policy.
 	// A DNS label: lower-case letters, digits and '-', at most 63 characters.
@@ -191,9 +196,15 @@ type Rule struct {
 	Limit int64 `json:"limit"`
 
 	// window is the period limit applies to, a Go duration in whole milliseconds from 1ms to
-	// 24h (e.g. 1s, 1m, 1h).
-	// +required
-	Window Window `json:"window"`
+	// 24h (e.g. 1s, 1m, 1h). Exactly one of window and calendar is set.
+	// +optional
+	Window Window `json:"window,omitempty"`
+
+	// calendar makes a FixedWindow count per calendar day, ISO week or month of a time zone,
+	// each beginning at local midnight (months have their real lengths, DST days 23 or 25
+	// hours), instead of per window. Only for FixedWindow; exactly one of window and calendar.
+	// +optional
+	Calendar *CalendarSpec `json:"calendar,omitempty"`
 
 	// burst is the bucket capacity of TokenBucket and LeakyBucket, 1 to 100000000; limit by
 	// default. Only for those two algorithms.
@@ -217,6 +228,13 @@ type Rule struct {
 	// requests without a valid value cost `cost`.
 	// +optional
 	CostHeader HeaderName `json:"costHeader,omitempty"`
+
+	// countWhen counts a request only when its response matches: the request is admitted when
+	// the counter has room (a check), and charged after the response only if its status is
+	// listed, e.g. {statusCodes: [401, 403]} to count failed logins. Only for FixedWindow and
+	// TokenBucket. Concurrent requests of one key can pass the limit by at most their number.
+	// +optional
+	CountWhen *CountWhen `json:"countWhen,omitempty"`
 
 	// mode is Enforce (the default: reject over the limit) or Shadow (count and report in
 	// metrics and headers, never reject), for trying a limit on live traffic.
@@ -247,6 +265,46 @@ type LeaseSpec struct {
 	// +kubebuilder:validation:Minimum=1
 	// +kubebuilder:validation:Maximum=100000000
 	MaxUnits *int64 `json:"maxUnits,omitempty"`
+}
+
+// CountWhen selects the responses whose requests count.
+type CountWhen struct {
+	// statusCodes lists the response statuses that count: codes (401) or inclusive ranges
+	// ("400-499"), 100 to 599. The controller checks the codes and ranges (a CEL rule on
+	// these int-or-string items exceeds the API server's cost budget) and rejects a policy
+	// with a malformed one (Accepted=False naming the entry).
+	// +required
+	// +kubebuilder:validation:MinItems=1
+	// +kubebuilder:validation:MaxItems=16
+	StatusCodes []intstr.IntOrString `json:"statusCodes"`
+}
+
+// CalendarPeriod is the length of a calendar window.
+// +kubebuilder:validation:Enum=Day;Week;Month
+type CalendarPeriod string
+
+// The calendar periods.
+const (
+	Day   CalendarPeriod = "Day"
+	Week  CalendarPeriod = "Week"
+	Month CalendarPeriod = "Month"
+)
+
+// CalendarSpec is a calendar window: a period of a time zone.
+type CalendarSpec struct {
+	// period is Day, Week (an ISO week, from Monday) or Month.
+	// +required
+	Period CalendarPeriod `json:"period"`
+
+	// timeZone is the IANA time zone whose local midnight begins each window, such as
+	// Europe/Berlin; UTC by default. The controller rejects a zone its time-zone database
+	// does not know.
+	// +optional
+	// +kubebuilder:default=UTC
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=64
+	// +kubebuilder:validation:XValidation:rule="self.matches('^[A-Za-z][-A-Za-z0-9_+]*(/[A-Za-z0-9][-A-Za-z0-9_+]*)*$') && self != 'Local'",message="must be an IANA time zone name such as UTC, Europe/Berlin or America/New_York"
+	TimeZone string `json:"timeZone,omitempty"`
 }
 
 // LeakyBucketSpec configures algorithm LeakyBucket.

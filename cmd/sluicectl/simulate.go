@@ -13,7 +13,7 @@ import (
 	"github.com/sluice-dev/sluice/internal/simulate"
 )
 
-const simulateUsage = `usage: sluicectl simulate --algorithm ALG --limit N --window D [--burst N]
+const simulateUsage = `usage: sluicectl simulate --algorithm ALG --limit N (--window D | --calendar PERIOD@ZONE) [--burst N]
          [--mode Meter|Queue] [--max-delay D] [--cost N] [--store memory|redis [--redis-url URL]] [--summary]
          [--plot FILE.png [--plot-bucket D]] < arrivals
        sluicectl simulate --algorithm ALG --limit N --window D [--burst N] [--cost N]
@@ -21,13 +21,15 @@ const simulateUsage = `usage: sluicectl simulate --algorithm ALG --limit N --win
        sluicectl simulate compare --algorithms ALG,ALG,... --limit N --window D [--burst N]
          [--max-delay D] [--cost N] [--store memory|redis [--redis-url URL]] [--plot FILE.png [--plot-bucket D]]
          [--title TEXT] < arrivals
-       sluicectl simulate rules --rule NAME=ALG,LIMIT,WINDOW[,shadow] [--rule ...]
+       sluicectl simulate rules --rule NAME=ALG,LIMIT,WINDOW[,shadow][,countWhen=CODES] [--rule ...]
          [--store memory|redis [--redis-url URL]] < requests
 
 Replays arrivals, one per line in ms since the Unix epoch (non-decreasing; blank lines are
 ignored), through one key of a limiter, and prints "<ms> allow", "<ms> allow delay=<ms>"
 (LeakyBucket Queue) or "<ms> deny" for each, then "allowed=N denied=M". --plot also draws the
-requests offered and admitted per --plot-bucket (default window/10) into a PNG.
+requests offered and admitted per --plot-bucket (default window/10) into a PNG. --calendar
+Month@Europe/Berlin (Day, Week or Month) replaces --window for FixedWindow: windows begin at
+local midnight of the zone.
 
 With --lease-max-age the rule is leased (the rule's lease: {maxAge, maxUnits}): the arrivals
 are spread over --pods simulated sidecars, round robin, or by a second column naming the pod
@@ -42,7 +44,8 @@ in any interval of one window; --plot draws one panel per algorithm.
 
 rules decides requests against several rules as the sidecar does, all of a request's rules as
 one unit: each line is "<ms> RULE=KEY [RULE=KEY...]", the rules the request matches with its key
-under each; it prints "<ms> allow charged=RULES" or "<ms> deny by=RULES charged=-" (a denied
+under each (a rule's WINDOW may be PERIOD@ZONE), and status=NNN the response's status, which
+a countWhen=401|500-599 rule charges after the decision only when it is listed; it prints "<ms> allow charged=RULES" or "<ms> deny by=RULES charged=-" (a denied
 request charges no rule), then "allowed=N denied=M".
 `
 
@@ -68,6 +71,7 @@ func runSimulate(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	mode := fs.String("mode", "", "LeakyBucket mode: Meter (default) or Queue")
 	maxDelay := fs.Duration("max-delay", 0, "longest wait of a LeakyBucket Queue request")
 	cost := fs.Int64("cost", 1, "units each arrival takes")
+	calendar := fs.String("calendar", "", "a calendar window instead of --window, PERIOD@ZONE: Day, Week or Month in an IANA zone (FixedWindow)")
 	storeName := fs.String("store", "memory", "store to run the limiter on: memory or redis")
 	redisURL := fs.String("redis-url", "", "Redis for --store redis, e.g. redis://127.0.0.1:6379/0")
 	summary := fs.Bool("summary", false, "print only the allowed=N denied=M line")
@@ -94,6 +98,16 @@ func runSimulate(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 		Burst:     *burst,
 		Mode:      limiter.LeakyMode(*mode),
 		MaxDelay:  *maxDelay,
+	}
+	if *calendar != "" {
+		if *window != 0 {
+			fmt.Fprintln(stderr, "sluicectl simulate: set one of --window and --calendar")
+			return 2
+		}
+		if err := simulate.Calendar(&lim, *calendar); err != nil {
+			fmt.Fprintf(stderr, "sluicectl simulate: %v\n", err)
+			return 2
+		}
 	}
 	if err := lim.Validate(); err != nil {
 		fmt.Fprintf(stderr, "sluicectl simulate: %v\n", err)

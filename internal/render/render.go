@@ -11,6 +11,7 @@ import (
 	"maps"
 	"net/textproto"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -18,8 +19,10 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/util/intstr"
 
 	"github.com/sluice-dev/sluice/api/v1alpha1"
+	"github.com/sluice-dev/sluice/internal/limiter"
 	"github.com/sluice-dev/sluice/internal/policy"
 )
 
@@ -62,11 +65,25 @@ func Compile(p *v1alpha1.RateLimitPolicy) (policy.Policy, error) {
 }
 
 func compileRule(r v1alpha1.Rule) (policy.Rule, error) {
-	window, err := parseMillis(string(r.Window))
-	if err != nil {
+	var (
+		window int64
+		cal    *policy.Calendar
+		err    error
+	)
+	if c := r.Calendar; c != nil {
+		if r.Window != "" {
+			return policy.Rule{}, fmt.Errorf("set exactly one of window and calendar")
+		}
+		cal = &policy.Calendar{Period: string(c.Period), TimeZone: orDefault(c.TimeZone, "UTC")}
+		// The schema checks the zone's spelling; only the time-zone database knows it.
+		if _, err := limiter.LoadZone(cal.TimeZone); err != nil {
+			return policy.Rule{}, fmt.Errorf("calendar.timeZone: %w", err)
+		}
+	} else if window, err = parseMillis(string(r.Window)); err != nil {
 		return policy.Rule{}, fmt.Errorf("window: %w", err)
 	}
 	out := policy.Rule{
+		Calendar:  cal,
 		Name:      r.Name,
 		Algorithm: string(r.Algorithm),
 		Limit:     r.Limit,
@@ -105,6 +122,15 @@ func compileRule(r v1alpha1.Rule) (policy.Rule, error) {
 	}
 	if r.CostHeader != "" {
 		out.CostHeader = canonicalHeader(string(r.CostHeader))
+	}
+	if cw := r.CountWhen; cw != nil {
+		for i, sc := range cw.StatusCodes {
+			sr, err := statusRange(sc)
+			if err != nil {
+				return policy.Rule{}, fmt.Errorf("countWhen.statusCodes[%d]: %w", i, err)
+			}
+			out.CountWhen = append(out.CountWhen, sr)
+		}
 	}
 	if m := r.Match; m != nil && (m.PathPrefix != "" || len(m.Methods) > 0 || len(m.Headers) > 0) {
 		out.Match = &policy.Match{PathPrefix: m.PathPrefix}
@@ -148,6 +174,29 @@ func compileKeyPart(k v1alpha1.KeyPart) (policy.KeyPart, error) {
 		return policy.KeyPart{}, fmt.Errorf("sets %d sources; exactly one of clientIP, header, path, method, query is allowed", len(parts))
 	}
 	return parts[0], nil
+}
+
+// statusRange is a countWhen entry: a code (401) or an inclusive range ("400-499").
+func statusRange(v intstr.IntOrString) (policy.StatusRange, error) {
+	var sr policy.StatusRange
+	if v.Type == intstr.Int {
+		sr = policy.StatusRange{Lo: int(v.IntVal), Hi: int(v.IntVal)}
+	} else {
+		lo, hi, isRange := strings.Cut(v.StrVal, "-")
+		if !isRange {
+			hi = lo
+		}
+		var err1, err2 error
+		sr.Lo, err1 = strconv.Atoi(lo)
+		sr.Hi, err2 = strconv.Atoi(hi)
+		if err1 != nil || err2 != nil {
+			return sr, fmt.Errorf("%q is not a status code or a range such as \"400-499\"", v.StrVal)
+		}
+	}
+	if sr.Lo < 100 || sr.Hi > 599 || sr.Lo > sr.Hi {
+		return sr, fmt.Errorf("%s is not a status code from 100 to 599 or a range of them", v.String())
+	}
+	return sr, nil
 }
 
 // parseMillis parses a Go duration that must be a whole number of milliseconds.
@@ -431,7 +480,11 @@ func sharedRuleName(a, b policy.Policy) (string, bool) {
 func Summary(p *v1alpha1.RateLimitPolicy) string {
 	parts := make([]string, 0, len(p.Spec.Rules))
 	for _, r := range p.Spec.Rules {
-		s := fmt.Sprintf("%s %d/%s", r.Algorithm, r.Limit, r.Window)
+		per := string(r.Window)
+		if c := r.Calendar; c != nil {
+			per = strings.ToLower(string(c.Period)) + " " + orDefault(c.TimeZone, "UTC")
+		}
+		s := fmt.Sprintf("%s %d/%s", r.Algorithm, r.Limit, per)
 		if r.Mode == v1alpha1.Shadow {
 			s += " (shadow)"
 		}

@@ -1,6 +1,8 @@
 package render
 
 import (
+	"k8s.io/apimachinery/pkg/util/intstr"
+
 	"encoding/json"
 	"fmt"
 	"math/rand/v2"
@@ -259,4 +261,63 @@ func TestFitterRemembers(t *testing.T) {
 	edited[0].Spec.Rules = edited[0].Spec.Rules[:1]
 	edited[0].Generation++
 	check("oldest shrunk", edited, FixedReplicas(5), []string{"big-01", "big-02", "big-03", "big-04"})
+}
+
+// TestCompileCalendar renders a calendar rule, its zone defaulted to UTC, and refuses a zone
+// the time-zone database does not know, naming the field.
+func TestCompileCalendar(t *testing.T) {
+	p := &v1alpha1.RateLimitPolicy{}
+	p.Name = "p"
+	p.Spec.Rules = []v1alpha1.Rule{{Name: "m", Key: []v1alpha1.KeyPart{{ClientIP: &v1alpha1.ClientIPKey{}}}, Algorithm: v1alpha1.FixedWindow,
+		Limit: 100000, Calendar: &v1alpha1.CalendarSpec{Period: v1alpha1.Month}}}
+	got, err := Compile(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := got.Rules[0]
+	if r.WindowMs != 0 || r.Calendar == nil || *r.Calendar != (policy.Calendar{Period: "Month", TimeZone: "UTC"}) {
+		t.Errorf("rule: %+v", r)
+	}
+	if lim := r.LimiterLimit(); lim.Period != "Month" || lim.Zone.String() != "UTC" || lim.Validate() != nil {
+		t.Errorf("limit %+v: %v", lim, lim.Validate())
+	}
+	if s := Summary(p); s != "FixedWindow 100000/month UTC" {
+		t.Errorf("summary %q", s)
+	}
+	p.Spec.Rules[0].Calendar.TimeZone = "Mars/Olympus_Mons"
+	if _, err := Compile(p); err == nil || !strings.Contains(err.Error(), `spec.rules[0] (m): calendar.timeZone: time zone "Mars/Olympus_Mons"`) {
+		t.Errorf("an unknown zone compiled: %v", err)
+	}
+	p.Spec.Rules[0].Calendar.TimeZone = "UTC"
+	p.Spec.Rules[0].Window = "1h"
+	if _, err := Compile(p); err == nil || !strings.Contains(err.Error(), "exactly one of window and calendar") {
+		t.Errorf("window and calendar compiled: %v", err)
+	}
+}
+
+// TestCompileCountWhen renders countWhen's codes and ranges and refuses malformed ones,
+// which the schema cannot check within the API server's CEL budget.
+func TestCompileCountWhen(t *testing.T) {
+	p := &v1alpha1.RateLimitPolicy{}
+	p.Name = "p"
+	p.Spec.Rules = []v1alpha1.Rule{{Name: "f", Key: []v1alpha1.KeyPart{{ClientIP: &v1alpha1.ClientIPKey{}}}, Algorithm: v1alpha1.FixedWindow,
+		Limit: 10, Window: "1h", CountWhen: &v1alpha1.CountWhen{StatusCodes: []intstr.IntOrString{intstr.FromInt32(401), intstr.FromString("500-599")}}}}
+	got, err := Compile(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cw := got.Rules[0].CountWhen; len(cw) != 2 || cw[0] != (policy.StatusRange{Lo: 401, Hi: 401}) || cw[1] != (policy.StatusRange{Lo: 500, Hi: 599}) {
+		t.Errorf("countWhen %+v", cw)
+	}
+	for _, bad := range []intstr.IntOrString{intstr.FromInt32(99), intstr.FromInt32(600), intstr.FromString("499-400"), intstr.FromString("4xx"), intstr.FromString("400-")} {
+		p.Spec.Rules[0].CountWhen.StatusCodes = []intstr.IntOrString{bad}
+		if _, err := Compile(p); err == nil || !strings.Contains(err.Error(), "countWhen.statusCodes[0]") {
+			t.Errorf("%s compiled: %v", bad.String(), err)
+		}
+	}
+	p.Spec.Rules[0].CountWhen.StatusCodes = []intstr.IntOrString{intstr.FromInt32(401)}
+	p.Spec.Rules[0].Algorithm = v1alpha1.SlidingWindowCounter
+	if _, err := Compile(p); err == nil || !strings.Contains(err.Error(), "countWhen applies only to FixedWindow and TokenBucket") {
+		t.Errorf("countWhen on SlidingWindowCounter compiled: %v", err)
+	}
 }

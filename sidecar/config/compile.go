@@ -71,6 +71,9 @@ type Rule struct {
 	CostHeader string
 	// Shadow rules count and report but never deny or delay.
 	Shadow bool
+	// CountWhen, when not empty, makes the rule check at admission and charge after the
+	// response only when its status is in one of the ranges.
+	CountWhen []policy.StatusRange
 	// Queue is true for LeakyBucket Queue rules, which delay requests.
 	Queue bool
 	// Lease is the rule's lease parameters; nil decides every request in the store.
@@ -183,6 +186,7 @@ func compilePolicy(p policy.Policy, podName string, m *metrics.Metrics) (*Policy
 			Cost:        max(r.Cost, 1),
 			CostHeader:  r.CostHeader,
 			Shadow:      r.Mode == policy.Shadow,
+			CountWhen:   r.CountWhen,
 			Queue:       lim.Algorithm == limiter.LeakyBucket && lim.Mode == limiter.Queue,
 			DraftPolicy: quoted + ";q=" + strconv.FormatInt(lim.Capacity(), 10) + ";w=" + strconv.FormatInt(window, 10),
 			LimitValue:  strconv.FormatInt(lim.Capacity(), 10),

@@ -62,7 +62,7 @@ func New() *Metrics {
 		}),
 		RedisErrors: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "sluice_redis_errors_total",
-			Help: "Redis calls that failed, by kind (timeout, unavailable).",
+			Help: "Redis calls that failed, by kind (timeout, unavailable; late_charge: a countWhen charge after the response).",
 		}, []string{"kind"}),
 		BreakerState: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "sluice_breaker_state",

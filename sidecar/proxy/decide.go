@@ -76,12 +76,49 @@ type decision struct {
 	now time.Time
 	// delay is how long a passed request waits (LeakyBucket Queue) before it is proxied.
 	delay time.Duration
+	// late are the charges a passed request owes once its response is known (countWhen);
+	// settle makes them.
+	late []lateCharge
 }
 
-// Store is what the request path needs of a store: single takes and whole requests.
+// lateCharge is a countWhen rule's charge, made after the response if its status counts, on
+// the store that decided the request (local is true for the local store, with this pod's
+// share and cost).
+type lateCharge struct {
+	rule  *config.Rule
+	key   string
+	lim   limiter.Limit
+	n     int64
+	local bool
+}
+
+// settle makes a passed request's late charges for a response of status: those of the rules
+// whose countWhen lists it. A charge Redis cannot take is lost (counted in RedisErrors): the
+// request was admitted already, and the local store holds another share.
+func (h *Handler) settle(d *decision, status int) {
+	for i := range d.late {
+		c := &d.late[i]
+		if !policy.Counts(c.rule.CountWhen, status) {
+			continue
+		}
+		now := h.opts.Clock.Now()
+		if c.local {
+			_, _ = h.opts.Local.Charge(context.Background(), c.key, c.lim, c.n, now)
+			continue
+		}
+		if _, err := h.opts.Remote.Charge(context.Background(), c.key, c.lim, c.n, now); err != nil {
+			h.opts.Metrics.RedisErrors.WithLabelValues("late_charge").Inc()
+		}
+	}
+	d.late = nil
+}
+
+// Store is what the request path needs of a store: single takes, whole requests and late
+// charges.
 type Store interface {
 	limiter.Store
 	limiter.RequestStore
+	limiter.Charger
 }
 
 // maxInline is how many matching rules a request decides without allocating its scratch.
@@ -120,7 +157,7 @@ func (h *Handler) decide(ctx context.Context, cfg *config.Config, req *keys.Requ
 			rules = append(rules, rule)
 			pols = append(pols, p)
 			takes = append(takes, limiter.Take{Key: string(buf[start:]), Limit: rule.Limit,
-				N: rule.CostFrom(req.Header), Shadow: rule.Shadow})
+				N: rule.CostFrom(req.Header), Shadow: rule.Shadow, Check: len(rule.CountWhen) > 0})
 		}
 	}
 	res := sc.res[:]
@@ -128,8 +165,11 @@ func (h *Handler) decide(ctx context.Context, cfg *config.Config, req *keys.Requ
 		res = make([]limiter.Result, len(takes))
 	}
 	res = res[:len(takes)]
-	var out outcome
-	rules, takes, out = h.takeRequest(ctx, pols, rules, takes, now, res)
+	var (
+		out   outcome
+		local bool
+	)
+	rules, takes, out, local = h.takeRequest(ctx, pols, rules, takes, now, res)
 	switch out {
 	case unavailable:
 		h.opts.Metrics.DecisionSeconds.Observe(h.opts.Clock.Since(now).Seconds())
@@ -159,13 +199,19 @@ func (h *Handler) decide(ctx context.Context, cfg *config.Config, req *keys.Requ
 			v.add(rule, r)
 		}
 	}
-	sc.reset()
-	h.opts.Metrics.DecisionSeconds.Observe(h.opts.Clock.Since(now).Seconds())
 	d := decision{action: pass, show: v.show, res: v.showRes, now: now, delay: v.delay}
 	if v.denied {
 		d.action = deny
 		d.delay = 0
+	} else if out == decided {
+		for i := range takes {
+			if takes[i].Check {
+				d.late = append(d.late, lateCharge{rule: rules[i], key: takes[i].Key, lim: takes[i].Limit, n: takes[i].N, local: local})
+			}
+		}
 	}
+	sc.reset()
+	h.opts.Metrics.DecisionSeconds.Observe(h.opts.Clock.Since(now).Seconds())
 	return d
 }
 
@@ -190,12 +236,13 @@ func (h *Handler) queue(delay time.Duration, gone <-chan struct{}) bool {
 // together with the local store and this pod's shares. It returns the rules and takes that
 // were decided (res holds their results, in order) and skipped when none was. A Redis error
 // never reaches the client except as Closed's 503.
-func (h *Handler) takeRequest(ctx context.Context, pols []*config.Policy, rules []*config.Rule, takes []limiter.Take, now time.Time, res []limiter.Result) ([]*config.Rule, []limiter.Take, outcome) {
+func (h *Handler) takeRequest(ctx context.Context, pols []*config.Policy, rules []*config.Rule, takes []limiter.Take, now time.Time, res []limiter.Result) ([]*config.Rule, []limiter.Take, outcome, bool) {
 	if len(takes) == 0 {
-		return nil, nil, skipped
+		return nil, nil, skipped, false
 	}
 	if h.opts.Remote == nil {
-		return h.takeLocal(ctx, rules, takes, now, res)
+		r, t, o := h.takeLocal(ctx, rules, takes, now, res)
+		return r, t, o, true
 	}
 	// A request whose one rule is leased spends the key's live lease without Redis, and
 	// without asking the breaker (a local spend is no sign of Redis's health); a request with
@@ -204,7 +251,7 @@ func (h *Handler) takeRequest(ctx context.Context, pols []*config.Policy, rules 
 	if leased {
 		if r, ok := h.opts.Leases.Spend(takes[0].Key, takes[0].Limit, *rules[0].Lease, takes[0].N, now); ok {
 			res[0] = r
-			return rules, takes, decided
+			return rules, takes, decided, false // leased rules have no countWhen (CEL)
 		}
 	}
 	if h.opts.Breaker.Allow() {
@@ -216,11 +263,11 @@ func (h *Handler) takeRequest(ctx context.Context, pols []*config.Policy, rules 
 		}
 		if err == nil {
 			h.opts.Breaker.Success()
-			return rules, takes, decided
+			return rules, takes, decided, false
 		}
 		if ctx.Err() != nil && !errors.Is(err, redisstore.ErrUnavailable) {
 			h.opts.Breaker.Release()
-			return nil, nil, canceled
+			return nil, nil, canceled, false
 		}
 		if errors.Is(err, redisstore.ErrTimeout) {
 			h.opts.Metrics.RedisErrors.WithLabelValues("timeout").Inc()
@@ -229,7 +276,7 @@ func (h *Handler) takeRequest(ctx context.Context, pols []*config.Policy, rules 
 		}
 		h.opts.Breaker.Failure()
 		if ctx.Err() != nil {
-			return nil, nil, canceled
+			return nil, nil, canceled, false
 		}
 	}
 	// Without Redis: keep the Local policies' rules, in order, in place.
@@ -242,22 +289,23 @@ func (h *Handler) takeRequest(ctx context.Context, pols []*config.Policy, rules 
 			continue
 		case policy.FailureClosed:
 			p.Fallback.Closed.Inc()
-			return nil, nil, unavailable
+			return nil, nil, unavailable, false
 		}
 		p.Fallback.Local.Inc()
 		rules[kept], takes[kept] = rule, takes[i]
 		kept++
 	}
 	if kept == 0 {
-		return nil, nil, skipped
+		return nil, nil, skipped, false
 	}
-	return h.takeLocal(ctx, rules[:kept], takes[:kept], now, res[:kept])
+	r, t, o := h.takeLocal(ctx, rules[:kept], takes[:kept], now, res[:kept])
+	return r, t, o, true
 }
 
 // remote decides takes with Redis: a single take with Take (the store's cheapest path, the
 // same decision), several with one TakeRequest.
 func (h *Handler) remote(ctx context.Context, takes []limiter.Take, now time.Time, res []limiter.Result) error {
-	if len(takes) == 1 {
+	if len(takes) == 1 && !takes[0].Check { // Take charges; a check goes as a request
 		r, err := h.opts.Remote.Take(ctx, takes[0].Key, takes[0].Limit, takes[0].N, now)
 		res[0] = r
 		return err
@@ -274,7 +322,7 @@ func (h *Handler) takeLocal(ctx context.Context, rules []*config.Rule, takes []l
 		takes[i].N = rule.LocalCost(takes[i].N)
 	}
 	var err error
-	if len(takes) == 1 {
+	if len(takes) == 1 && !takes[0].Check {
 		res[0], err = h.opts.Local.Take(ctx, takes[0].Key, takes[0].Limit, takes[0].N, now)
 	} else {
 		_, err = h.opts.Local.TakeRequest(ctx, takes, now, res)

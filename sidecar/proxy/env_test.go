@@ -11,6 +11,7 @@ import (
 	"net/url"
 	"os"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -190,6 +191,12 @@ func (e *env) upstream(w http.ResponseWriter, r *http.Request) {
 		return
 	case "/echo":
 		_, _ = io.Copy(w, r.Body)
+		return
+	}
+	if code, ok := strings.CutPrefix(r.URL.Path, "/status/"); ok { // answers with that status
+		n, _ := strconv.Atoi(code)
+		w.WriteHeader(n)
+		_, _ = io.WriteString(w, "status "+code)
 		return
 	}
 	w.Header().Set("X-Upstream-Xff", r.Header.Get("X-Forwarded-For"))

@@ -193,6 +193,11 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		if d.show != nil {
 			setHeaders(w.Header(), d.show, d.res)
 		}
+		if len(d.late) > 0 {
+			sw := &statusWriter{ResponseWriter: w, status: http.StatusOK}
+			defer func() { h.settle(&d, sw.status) }()
+			w = sw
+		}
 	}
 	if len(r.Trailer) > 0 && r.Body != nil && r.Body != http.NoBody {
 		tb := &trailerBody{ReadCloser: r.Body, src: r.Trailer}
@@ -205,6 +210,33 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	h.proxy.ServeHTTP(w, r)
 }
+
+// statusWriter remembers the status a response was written with, for countWhen's late
+// charges; Unwrap lets http.ResponseController reach the writer's Flush and Hijack.
+type statusWriter struct {
+	http.ResponseWriter
+	status      int
+	wroteHeader bool
+}
+
+func (w *statusWriter) WriteHeader(code int) {
+	if !w.wroteHeader && code >= 200 {
+		w.status, w.wroteHeader = code, true
+	}
+	w.ResponseWriter.WriteHeader(code)
+}
+
+func (w *statusWriter) Write(p []byte) (int, error) {
+	w.wroteHeader = true
+	return w.ResponseWriter.Write(p)
+}
+
+func (w *statusWriter) Flush() {
+	w.wroteHeader = true
+	http.NewResponseController(w.ResponseWriter).Flush() //nolint:errcheck // as http.Flusher, no error to report
+}
+
+func (w *statusWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
 
 // trailerBody carries a request's trailers to the outgoing request. httputil.ReverseProxy
 // clones the request's Trailer map before the body is read, when the values are still

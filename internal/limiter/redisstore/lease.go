@@ -31,7 +31,7 @@ func (s *Store) Issue(ctx context.Context, key string, lim limiter.Limit, k int6
 	defer cancel()
 	start := time.Now()
 	t := limiter.Take{Key: key, Limit: lim, N: -k}
-	args := appendTake(make([]any, 1, 1+takeArgs), 1, &t)
+	args := appendTake(make([]any, 1, 1+takeArgs), 1, &t, now)
 	args[0] = -1
 	vals, err := s.run(ctx, nowArg, s.Keys(key, lim), args, 1)
 	if err != nil {

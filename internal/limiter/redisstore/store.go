@@ -231,13 +231,89 @@ func (s *Store) Take(ctx context.Context, key string, lim limiter.Limit, n int64
 	start := time.Now()
 	// A group of one take that is committed even when denied (see lua/request.lua).
 	t := limiter.Take{Key: key, Limit: lim, N: n}
-	args := appendTake(make([]any, 1, 1+takeArgs), 1, &t)
+	args := appendTake(make([]any, 1, 1+takeArgs), 1, &t, now)
 	args[0] = -1
 	vals, err := s.run(ctx, nowArg, s.Keys(key, lim), args, 1)
 	if err != nil {
 		return limiter.Result{}, s.wrap(ctx, err, time.Since(start))
 	}
 	return resultFrom(vals, lim.Capacity()), nil
+}
+
+var _ limiter.Charger = (*Store)(nil)
+
+// Charge implements limiter.Charger: a late charge of n units, as one group of the request
+// script (a take flagged 2, lua/request.lua), coalesced like Take. now, lim, n and the errors
+// are as for Take; lim must be LateChargeable.
+func (s *Store) Charge(ctx context.Context, key string, lim limiter.Limit, n int64, now time.Time) (limiter.Result, error) {
+	nowArg := ""
+	if s.explicitTime {
+		nowMs := now.UnixMilli()
+		if nowMs < 0 || nowMs > limiter.MaxNowMs {
+			return limiter.Result{}, fmt.Errorf("%w: %s is outside the Unix epoch .. %d ms", limiter.ErrInvalidTime, now, limiter.MaxNowMs)
+		}
+		nowArg = strconv.FormatInt(nowMs, 10)
+	}
+	if err := limiter.ValidateCharge(lim, n); err != nil {
+		return limiter.Result{}, err
+	}
+	ctx, cancel := context.WithTimeout(ctx, s.timeout)
+	defer cancel()
+	start := time.Now()
+	t := limiter.Take{Key: key, Limit: lim, N: n}
+	args := appendTake(make([]any, 1, 1+takeArgs), 1, &t, now)
+	args[0], args[len(args)-1] = -1, 2
+	vals, err := s.run(ctx, nowArg, s.Keys(key, lim), args, 1)
+	if err != nil {
+		return limiter.Result{}, s.wrap(ctx, err, time.Since(start))
+	}
+	return resultFrom(vals, lim.Capacity()), nil
+}
+
+// State is what Inspect reports of a key.
+type State struct {
+	// Found is false for a key Redis holds no state for: never seen, expired or reset.
+	Found bool
+	// Result is the key's state now: Remaining, ResetAfter; for a TokenBucket in debt,
+	// Allowed is false and RetryAfter is when the debt is paid. (A check of cost 0 through the
+	// request script: it changes nothing.)
+	Result limiter.Result
+	// Debt is the whole tokens a TokenBucket owes after a late charge, 0 otherwise.
+	Debt int64
+}
+
+// Inspect reports key's state under lim at Redis's clock (or now, with ExplicitTime), charging
+// nothing: a check through the request script, the same transitions that decide requests.
+func (s *Store) Inspect(ctx context.Context, key string, lim limiter.Limit, now time.Time) (State, error) {
+	if err := lim.Validate(); err != nil {
+		return State{}, fmt.Errorf("%w: %w", limiter.ErrInvalidLimit, err)
+	}
+	rk := s.Keys(key, lim)
+	n, err := s.client.Exists(ctx, rk[0]).Result()
+	if err != nil || n == 0 {
+		return State{}, err
+	}
+	nowArg := ""
+	if s.explicitTime {
+		nowArg = strconv.FormatInt(now.UnixMilli(), 10)
+	}
+	t := limiter.Take{Key: key, Limit: lim, N: 0, Check: true} // cost 0: the state as it is
+	args := appendTake([]any{1}, 1, &t, now)
+	vals, err := runDirect(ctx, s.client, nowArg, s.minTTL, rk, args, 1)
+	if err != nil {
+		return State{}, err
+	}
+	st := State{Found: true, Result: resultFrom(vals, lim.Capacity())}
+	if lim.Algorithm == limiter.TokenBucket && !st.Result.Allowed {
+		st.Debt = limiter.Debt(lim, vals[7]) // a denied check leaves the content as refilled
+	}
+	return st, nil
+}
+
+// Reset deletes key's state under lim, as if it had never been seen; false when there was none.
+func (s *Store) Reset(ctx context.Context, key string, lim limiter.Limit) (bool, error) {
+	n, err := s.client.Del(ctx, s.Keys(key, lim)...).Result()
+	return n > 0, err
 }
 
 // reasons maps the scripts' reason codes to limiter.Reason.
@@ -273,6 +349,10 @@ func (s *Store) Keys(key string, lim limiter.Limit) []string {
 func algTag(lim limiter.Limit) string {
 	switch lim.Algorithm {
 	case limiter.FixedWindow:
+		if lim.Period != "" {
+			// the zone's name, not its offsets: a tz-data update keeps the counter
+			return "cal/" + string(lim.Period) + "/" + lim.Zone.String()
+		}
 		return "fw"
 	case limiter.SlidingWindowLog:
 		return "swl"
