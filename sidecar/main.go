@@ -99,6 +99,9 @@ func run() error {
 		// Runs before the client's Close above: the store's batcher stops first.
 		defer func() { _ = store.Close() }()
 		opts.Remote = store
+		// What the local share admits while Redis is unreachable is charged to Redis when it
+		// is back, for at most as many keys as the local store holds.
+		opts.BacklogMaxKeys = o.LocalMaxKeys
 		opts.Breaker = breaker.New(breaker.Options{
 			Threshold: o.BreakerThreshold, Cooldown: o.BreakerCooldown, MaxCooldown: o.BreakerMaxCooldown,
 			OnTransition: func(from, to breaker.State, cd time.Duration) {

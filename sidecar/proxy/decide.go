@@ -201,6 +201,9 @@ func (h *Handler) takeRequest(ctx context.Context, pols []*config.Policy, rules 
 		err := h.remote(ctx, takes, now, res)
 		if err == nil {
 			h.opts.Breaker.Success()
+			if b := h.backlog; b != nil && b.pending.Load() && !b.running.Load() {
+				go h.flushBacklog()
+			}
 			return rules, takes, decided
 		}
 		if ctx.Err() != nil && !errors.Is(err, redisstore.ErrUnavailable) {
@@ -252,8 +255,17 @@ func (h *Handler) remote(ctx context.Context, takes []limiter.Take, now time.Tim
 }
 
 // takeLocal decides takes with the local store and this pod's share of each rule's limit. It
-// rewrites takes' limits and costs to the shares.
+// rewrites takes' limits and costs to the shares. With a backlog (Redis could not decide), an
+// admitted request's allowed takes are kept in it at their cost under the shared limit.
 func (h *Handler) takeLocal(ctx context.Context, rules []*config.Rule, takes []limiter.Take, now time.Time, res []limiter.Result) ([]*config.Rule, []limiter.Take, outcome) {
+	var costBuf [maxInline]int64
+	var costs []int64
+	if h.backlog != nil {
+		costs = costBuf[:0]
+		for i := range takes {
+			costs = append(costs, takes[i].N)
+		}
+	}
 	for i, rule := range rules {
 		takes[i].Limit = rule.Local
 		takes[i].N = rule.LocalCost(takes[i].N)
@@ -269,7 +281,30 @@ func (h *Handler) takeLocal(ctx context.Context, rules []*config.Rule, takes []l
 		// validated, so this is a clock before 1970. Admit rather than fail the request.
 		return nil, nil, skipped
 	}
+	if costs != nil && limiter.Admitted(takes, res) {
+		nowMs := now.UnixMilli()
+		for i, rule := range rules {
+			if res[i].Allowed {
+				h.backlog.add(takes[i].Key, rule.Limit, costs[i], nowMs)
+			}
+		}
+	}
 	return rules, takes, decided
+}
+
+// flushBacklog charges the usage admitted locally to Remote, which just answered.
+func (h *Handler) flushBacklog() {
+	start := h.opts.Clock.Now()
+	keys, err := h.backlog.flush(start)
+	if err != nil {
+		h.opts.Log.Warn("Could not charge all the usage admitted locally to Redis; retrying after its next answer",
+			"keys", keys, "error", err.Error())
+		return
+	}
+	if keys > 0 {
+		h.opts.Log.Info("Charged the usage admitted locally during the outage to Redis", "keys", keys,
+			"duration", h.opts.Clock.Since(start))
+	}
 }
 
 // reset drops what sc refers to, so that a pooled scratch keeps no key or configuration alive.

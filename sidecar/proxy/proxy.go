@@ -52,6 +52,11 @@ type Options struct {
 	// and reset_at), times a queued request's delay and the decision latency; nil means the
 	// real clock.
 	Clock clock.Clock
+	// BacklogMaxKeys and BacklogMaxBytes bound the usage kept, while Remote cannot decide, to
+	// be charged to it once it is back (when Remote is a Charger): at most that many keys, and
+	// that many bytes of keys (each counted with a fixed overhead); zero means
+	// DefaultBacklogMaxKeys, DefaultBacklogMaxBytes. Admissions on further keys are not kept.
+	BacklogMaxKeys, BacklogMaxBytes int
 }
 
 // Handler is the sidecar's request path: an http.Handler for h2c and a fasthttp handler
@@ -65,6 +70,9 @@ type Handler struct {
 	fast   *fasthttp.HostClient
 	upAddr string
 	upTLS  bool
+	// backlog is the usage admitted locally while Remote could not decide, to charge to it
+	// (backlog.go); nil unless Remote is a Charger.
+	backlog *backlog
 }
 
 // NewTransport returns the upstream transport: HTTP/1.1 keep-alive with a pool sized for a
@@ -107,6 +115,11 @@ func New(opts Options) *Handler {
 		opts.Transport = NewTransport()
 	}
 	h.opts = opts
+	if c, ok := opts.Remote.(Charger); ok && opts.Remote != nil {
+		h.backlog = newBacklog(c, opts.BacklogMaxKeys, opts.BacklogMaxBytes, func(outcome string, n int64) {
+			opts.Metrics.OutageUnits.WithLabelValues(outcome).Add(float64(n))
+		})
+	}
 	target := opts.Upstream
 	h.upAddr, h.upTLS = HostPort(target), target.Scheme == "https"
 	h.fast = newHostClient(h.upAddr, h.upTLS)
