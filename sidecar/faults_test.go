@@ -1,0 +1,198 @@
+package main
+
+import (
+	"fmt"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/sluice-dev/sluice/internal/policy"
+	"github.com/sluice-dev/sluice/internal/testutil/redisserver"
+	st "github.com/sluice-dev/sluice/sidecar/internal/sidecartest"
+)
+
+// The fault matrix of issue 15: each test starts the real processes (redis-server, sentinels,
+// a cluster, the sidecar binary), runs a closed-loop load through the sidecar, injects one fault
+// and checks what a user must be able to rely on: no failed request under failure mode Local,
+// and decisions back in Redis within a bound. Figures are logged, and collected into
+// bench/chaos.md by `make chaos`. Wall-clock bounds are generous (the machine is shared):
+// the tests assert on counts, states and orders, and report the times.
+
+// Breaker settings of the fault tests: the production threshold, a short cooldown so that the
+// bound "failover time + cooldown" is tight enough to mean something.
+const (
+	faultCooldown    = 250 * time.Millisecond
+	faultMaxCooldown = time.Second
+	faultTimeout     = 50 * time.Millisecond
+	// faultMargin is what the bounds allow on top of the failover and the cooldown: a loaded
+	// machine's scheduling, go-redis noticing the new master, a probe's round trip.
+	faultMargin = 3 * time.Second
+)
+
+func faultFlags(redisURL string) []string {
+	return []string{"--redis-url", redisURL, "--redis-timeout", faultTimeout.String(),
+		"--breaker-cooldown", faultCooldown.String(), "--breaker-max-cooldown", faultMaxCooldown.String(), "--log-level", "info"}
+}
+
+// localWatch samples the sidecar's local decisions (sluice_fallback_decisions_total) every
+// 20 ms, to tell when they last increased: when decisions were back in Redis.
+type localWatch struct {
+	stop chan struct{}
+	done chan struct{}
+	mu   sync.Mutex
+	last float64
+	// lastRise is when the count was last seen higher than before (zero: never).
+	lastRise time.Time
+}
+
+func watchLocal(t *testing.T, s *sidecar, labels ...string) *localWatch {
+	w := &localWatch{stop: make(chan struct{}), done: make(chan struct{})}
+	w.last = s.metric(t, "sluice_fallback_decisions_total", labels...)
+	go func() {
+		defer close(w.done)
+		tick := time.NewTicker(20 * time.Millisecond)
+		defer tick.Stop()
+		for {
+			select {
+			case <-w.stop:
+				return
+			case <-tick.C:
+			}
+			v := s.metric(t, "sluice_fallback_decisions_total", labels...)
+			w.mu.Lock()
+			if v > w.last {
+				w.last, w.lastRise = v, time.Now()
+			}
+			w.mu.Unlock()
+		}
+	}()
+	return w
+}
+
+func (w *localWatch) end() (total float64, lastRise time.Time) {
+	close(w.stop)
+	<-w.done
+	return w.last, w.lastRise
+}
+
+// neverDenies is a rule keyed by X-Client that no test load reaches (so every answer is a
+// decision, never a 429), with state that lives an hour (so keys stay in Redis to be counted).
+func neverDenies(name string, mut ...func(*policy.Rule)) policy.Rule {
+	return st.Rule(name, 100_000_000, time.Hour, append([]func(*policy.Rule){func(r *policy.Rule) {
+		r.Key = []policy.KeyPart{{Source: policy.SourceHeader, Name: "X-Client"}}
+	}}, mut...)...)
+}
+
+// evalCalls is how many script calls a Redis server ran (INFO commandstats).
+func evalCalls(t *testing.T, s *redisserver.TestServer) int64 {
+	t.Helper()
+	info, err := s.Do("INFO", "commandstats")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var total int64
+	for _, line := range strings.Split(info, "\n") {
+		for _, cmd := range []string{"cmdstat_evalsha:", "cmdstat_eval:"} {
+			if rest, ok := strings.CutPrefix(strings.TrimSpace(line), cmd); ok {
+				var n int64
+				_, _ = fmt.Sscanf(rest, "calls=%d", &n)
+				total += n
+			}
+		}
+	}
+	return total
+}
+
+// TestFaultSentinelFailover: one master, one replica, three sentinels; the sidecar on
+// redis+sentinel://. The master is killed under load: no request fails (failure mode Local),
+// and decisions are back in Redis, on the promoted replica, within the sentinels' failover
+// time plus the breaker's cooldown (and a margin).
+func TestFaultSentinelFailover(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts a Sentinel deployment and the sidecar binary")
+	}
+	const downAfter = time.Second
+	d := redisserver.StartSentinels(t, "sluice", 1, 3, 2, downAfter)
+	promoted := d.Replicas[0]
+	doc := st.Doc(t, st.Policy("api", []policy.Rule{neverDenies("per-client")}))
+	s := launchSidecar(t, faultUpstream(t), writePolicies(t, doc), faultFlags(d.URL())...)
+	if _, err := d.Master.Do("PING"); err != nil {
+		t.Fatal(err)
+	}
+
+	load := startFaultLoad(s.URL(), 4, func(w, n int) (string, map[string]string) {
+		return "/", map[string]string{"X-Client": fmt.Sprintf("c%d-%d", w, n%50)}
+	})
+	time.Sleep(time.Second)
+	watch := watchLocal(t, s)
+	before, _ := d.MasterAddr()
+	killAt := load.now()
+	d.Master.Kill()
+	var switchAt time.Duration
+	st.Eventually(t, 30*time.Second, func() error {
+		addr, err := d.MasterAddr()
+		if err != nil || addr == before {
+			return fmt.Errorf("master still %s (%v)", addr, err)
+		}
+		if addr != promoted.Addr() {
+			t.Fatalf("sentinels promoted %s, not the replica %s", addr, promoted.Addr())
+		}
+		switchAt = load.now()
+		return nil
+	})
+	// Decisions are back in Redis when the breaker is closed and local decisions stop.
+	var backAt time.Duration
+	st.Eventually(t, 30*time.Second, func() error {
+		ts := s.transitions()
+		if len(ts) == 0 || ts[len(ts)-1].to != "closed" {
+			return fmt.Errorf("breaker transitions %s", describeTransitions(ts, load.start))
+		}
+		return nil
+	})
+	time.Sleep(time.Second)
+	callsBefore := evalCalls(t, promoted)
+	tailFrom := load.now()
+	time.Sleep(time.Second)
+	calls := evalCalls(t, promoted) - callsBefore
+	local, lastRise := watch.end()
+	samples := load.end()
+	tailTo := load.now()
+	if !lastRise.IsZero() {
+		backAt = lastRise.Sub(load.start)
+	}
+
+	phases := []phaseStats{
+		statsOf("steady", samples, 0, killAt),
+		statsOf("master killed, until the sentinels switch", samples, killAt, switchAt),
+		statsOf("switched, until decisions are back in Redis", samples, switchAt, max(backAt, switchAt)),
+		statsOf("back on the promoted master", samples, max(backAt, switchAt), tailTo),
+	}
+	ts := s.transitions()
+	report(t, "Sentinel failover (TestFaultSentinelFailover)",
+		fmt.Sprintf("One master, one replica, three sentinels (quorum 2, down-after %s), the sidecar on `redis+sentinel://` with `--redis-timeout %s --breaker-cooldown %s --breaker-max-cooldown %s`; 4 closed-loop clients; the master killed with SIGKILL.",
+			downAfter, faultTimeout, faultCooldown, faultMaxCooldown),
+		"",
+		fmt.Sprintf("- sentinels switched to the replica **%s** after the kill; decisions back in Redis (last local decision) **%s** after the kill, %s after the switch",
+			ms(switchAt-killAt), ms(backAt-killAt), ms(backAt-switchAt)),
+		fmt.Sprintf("- %.0f requests decided locally in all; script calls on the promoted master in the last second: %d", local, calls),
+		"- breaker: "+describeTransitions(ts, load.start),
+		"", phaseHeader, phases[0].row(), phases[1].row(), phases[2].row(), phases[3].row())
+
+	for _, p := range phases {
+		if p.failed != 0 {
+			t.Errorf("phase %q: %d failed requests, want 0", p.name, p.failed)
+		}
+	}
+	if backAt == 0 {
+		t.Errorf("no request was decided locally: the kill did not reach the sidecar")
+	} else if bound := switchAt + faultMaxCooldown + faultMargin; backAt > bound {
+		t.Errorf("decisions back in Redis %s after the kill, later than the switch (%s) + max cooldown + margin", ms(backAt-killAt), ms(switchAt-killAt))
+	}
+	if calls == 0 {
+		t.Errorf("no script call on the promoted master %s after the failover", promoted.Addr())
+	}
+	if backAt > tailFrom {
+		t.Errorf("local decisions until %s, into the last second (from %s)", ms(backAt), ms(tailFrom))
+	}
+}
