@@ -126,7 +126,9 @@ func statsOf(name string, samples []sample, from, to time.Duration) phaseStats {
 	return p
 }
 
-func ms(d time.Duration) string { return strconv.FormatFloat(float64(d.Microseconds())/1000, 'f', 1, 64) + " ms" }
+func ms(d time.Duration) string {
+	return strconv.FormatFloat(float64(d.Microseconds())/1000, 'f', 1, 64) + " ms"
+}
 
 func (p phaseStats) row() string {
 	return fmt.Sprintf("| %s | %s–%s | %d | %d | %d | %d | %s | %s | %s |", p.name, ms(p.from), ms(p.to), p.n, p.ok, p.limited, p.failed, ms(p.p50), ms(p.p99), ms(p.maxLat))
