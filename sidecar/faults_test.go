@@ -2,8 +2,11 @@ package main
 
 import (
 	"fmt"
+	"io"
+	"net"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -194,5 +197,163 @@ func TestFaultSentinelFailover(t *testing.T) {
 	}
 	if backAt > tailFrom {
 		t.Errorf("local decisions until %s, into the last second (from %s)", ms(backAt), ms(tailFrom))
+	}
+}
+
+// stateAt is the breaker's state at instant at, by its transitions (closed before the first).
+func stateAt(ts []transition, at time.Time) string {
+	state := "closed"
+	for _, tr := range ts {
+		if tr.at.After(at) {
+			break
+		}
+		state = tr.to
+	}
+	return state
+}
+
+// latencyProxy is a TCP proxy that delays everything the server sends by delay, each chunk
+// from the moment it arrived, in order: a slow Redis, seen from the client.
+type latencyProxy struct {
+	ln     net.Listener
+	target string
+	delay  atomic.Int64 // ns
+}
+
+func startLatencyProxy(t *testing.T, target string) *latencyProxy {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := &latencyProxy{ln: ln, target: target}
+	var conns sync.WaitGroup
+	t.Cleanup(func() { _ = ln.Close(); conns.Wait() })
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			conns.Go(func() { p.serve(c) })
+		}
+	}()
+	return p
+}
+
+func (p *latencyProxy) Addr() string { return p.ln.Addr().String() }
+
+func (p *latencyProxy) serve(c net.Conn) {
+	defer c.Close()
+	s, err := net.Dial("tcp", p.target)
+	if err != nil {
+		return
+	}
+	defer s.Close()
+	go func() { _, _ = io.Copy(s, c); _ = s.Close() }()
+	type chunk struct {
+		due time.Time
+		b   []byte
+	}
+	chunks := make(chan chunk, 1024)
+	go func() {
+		defer close(chunks)
+		for {
+			buf := make([]byte, 32<<10)
+			n, err := s.Read(buf)
+			if n > 0 {
+				chunks <- chunk{due: time.Now().Add(time.Duration(p.delay.Load())), b: buf[:n]}
+			}
+			if err != nil {
+				return
+			}
+		}
+	}()
+	for ch := range chunks {
+		time.Sleep(time.Until(ch.due))
+		if _, err := c.Write(ch.b); err != nil {
+			return
+		}
+	}
+}
+
+// TestFaultSlowRedis puts a latency-injecting proxy between the sidecar and Redis and runs
+// phases of 0, 30 ms, 80 ms and 0 added latency under load, with --redis-timeout 50ms: no
+// request fails or waits much longer than the budget, the breaker opens during the 80 ms phase
+// (every call times out) and is closed again after it.
+func TestFaultSlowRedis(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts redis-server and the sidecar binary")
+	}
+	redis := redisserver.StartTest(t)
+	proxy := startLatencyProxy(t, redis.Addr())
+	doc := st.Doc(t, st.Policy("api", []policy.Rule{neverDenies("per-client")}))
+	s := launchSidecar(t, faultUpstream(t), writePolicies(t, doc), faultFlags("redis://"+proxy.Addr()+"/0")...)
+
+	load := startFaultLoad(s.URL(), 4, func(w, n int) (string, map[string]string) {
+		return "/", map[string]string{"X-Client": fmt.Sprintf("c%d-%d", w, n%50)}
+	})
+	type phase struct {
+		name     string
+		delay    time.Duration
+		from, to time.Duration
+		ts       []transition
+	}
+	phases := []*phase{{name: "0 ms", delay: 0}, {name: "30 ms", delay: 30 * time.Millisecond},
+		{name: "80 ms", delay: 80 * time.Millisecond}, {name: "0 ms again", delay: 0}}
+	for _, p := range phases {
+		proxy.delay.Store(int64(p.delay))
+		p.from = load.now()
+		time.Sleep(3 * time.Second)
+		p.to = load.now()
+	}
+	samples := load.end()
+	all := s.transitions()
+	rows := []string{phaseHeader}
+	var stats []phaseStats
+	for _, p := range phases {
+		for _, tr := range all {
+			if at := tr.at.Sub(load.start); at >= p.from && at < p.to {
+				p.ts = append(p.ts, tr)
+			}
+		}
+		ps := statsOf("added latency "+p.name, samples, p.from, p.to)
+		stats = append(stats, ps)
+		rows = append(rows, ps.row())
+	}
+	rows = append(rows, "", "Breaker transitions per phase:")
+	for _, p := range phases {
+		rows = append(rows, fmt.Sprintf("- %s: %s", p.name, describeTransitions(p.ts, load.start)))
+	}
+	report(t, "Slow Redis (TestFaultSlowRedis)", append([]string{
+		fmt.Sprintf("A TCP proxy in the test delays every reply from redis-server by the phase's latency; the sidecar has `--redis-timeout %s --breaker-cooldown %s --breaker-max-cooldown %s`; 4 closed-loop clients, 3 s per phase. Latency is the client's, through the sidecar.",
+			faultTimeout, faultCooldown, faultMaxCooldown), ""}, rows...)...)
+
+	const margin = time.Second // scheduling on a loaded machine; the figures show the real spread
+	for _, ps := range stats {
+		if ps.failed != 0 {
+			t.Errorf("%s: %d failed requests, want 0", ps.name, ps.failed)
+		}
+		if ps.maxLat > faultTimeout+margin {
+			t.Errorf("%s: a request waited %s, more than --redis-timeout %s + %s", ps.name, ms(ps.maxLat), faultTimeout, margin)
+		}
+	}
+	// Under 80 ms every call times out: the breaker is open through the phase (it may have
+	// opened in the 30 ms phase already, see the README) and never closes in it.
+	if st := stateAt(all, load.start.Add(phases[2].to)); st != "open" && st != "half-open" {
+		t.Errorf("breaker %s at the end of the 80 ms phase, want open: %s", st, describeTransitions(all, load.start))
+	}
+	for _, tr := range phases[2].ts {
+		if tr.to == "closed" {
+			t.Errorf("the breaker closed under 80 ms of latency: %s", describeTransitions(phases[2].ts, load.start))
+		}
+	}
+	// After it the breaker closes. (On a loaded machine three calls can still time out in a
+	// row now and then and open it for a cooldown: not asserted against.)
+	closed := stateAt(all, load.start.Add(phases[3].from)) == "closed"
+	for _, tr := range phases[3].ts {
+		closed = closed || tr.to == "closed"
+	}
+	if !closed {
+		t.Errorf("the breaker did not close after the 80 ms phase: %s", describeTransitions(phases[3].ts, load.start))
 	}
 }
