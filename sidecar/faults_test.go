@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"net/http"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -356,4 +358,167 @@ func TestFaultSlowRedis(t *testing.T) {
 	if !closed {
 		t.Errorf("the breaker did not close after the 80 ms phase: %s", describeTransitions(phases[3].ts, load.start))
 	}
+}
+
+// dbsize is the number of keys on a server.
+func dbsize(t *testing.T, s *redisserver.TestServer) int {
+	t.Helper()
+	v, err := s.Do("DBSIZE")
+	if err != nil {
+		t.Fatal(err)
+	}
+	n, _ := strconv.Atoi(v)
+	return n
+}
+
+// TestFaultClusterFailover: a 3-master Redis Cluster with a replica each; the sidecar on
+// redis+cluster://. One master is killed under load: no request fails (failure mode Local),
+// the keys of its slots are back in Redis within the cluster's failover time plus the
+// breaker's cooldown, and the keys of the other masters' slots keep being decided in Redis
+// (measured as the share of their requests decided locally).
+func TestFaultClusterFailover(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts a Redis Cluster and the sidecar binary")
+	}
+	c := redisserver.StartCluster(t, 3, redisserver.WithReplicas(1))
+	victim, promoted := c.Servers[0], c.Replicas[0][0]
+	addrs := c.Addrs()
+	url := "redis+cluster://" + addrs[0] + "?addr=" + addrs[1] + "&addr=" + addrs[2]
+	doc := st.Doc(t,
+		st.Policy("victim", []policy.Rule{neverDenies("per-client", func(r *policy.Rule) { r.Match = &policy.Match{PathPrefix: "/v"} })}),
+		st.Policy("others", []policy.Rule{neverDenies("per-client", func(r *policy.Rule) { r.Match = &policy.Match{PathPrefix: "/o"} })}))
+	s := launchSidecar(t, faultUpstream(t), writePolicies(t, doc), faultFlags(url)...)
+
+	// Which clients' keys live on the victim: one request each, and see where a key appears.
+	var onVictim, elsewhere []string
+	for i := 0; len(onVictim) < 16 || len(elsewhere) < 16; i++ {
+		if i > 1000 {
+			t.Fatalf("after %d clients, %d keys on the victim and %d elsewhere", i, len(onVictim), len(elsewhere))
+		}
+		client := fmt.Sprintf("k%d", i)
+		for _, path := range []string{"/v", "/o"} {
+			n := dbsize(t, victim)
+			codes := sendN(t, s.URL()+path, map[string]string{"X-Client": client}, 1)
+			if codes[0] != 200 {
+				t.Fatalf("%s: %d", path, codes[0])
+			}
+			there := dbsize(t, victim) > n
+			switch {
+			case path == "/v" && there:
+				onVictim = append(onVictim, client)
+			case path == "/o" && !there:
+				elsewhere = append(elsewhere, client)
+			}
+		}
+	}
+	before := s.metric(t, "sluice_fallback_decisions_total")
+	if before != 0 {
+		t.Fatalf("%v local decisions before the fault", before)
+	}
+	vload := startFaultLoad(s.URL(), 2, func(w, n int) (string, map[string]string) {
+		return "/v", map[string]string{"X-Client": onVictim[(w*7+n)%len(onVictim)]}
+	})
+	oload := startFaultLoad(s.URL(), 2, func(w, n int) (string, map[string]string) {
+		return "/o", map[string]string{"X-Client": elsewhere[(w*7+n)%len(elsewhere)]}
+	})
+	time.Sleep(time.Second)
+	vwatch := watchLocal(t, s, `policy="victim"`)
+	owatch := watchLocal(t, s, `policy="others"`)
+	killAt := vload.now()
+	victim.Kill()
+	var promotedAt time.Duration
+	st.Eventually(t, 30*time.Second, func() error {
+		info, err := promoted.Do("INFO", "replication")
+		if err != nil || !strings.Contains(info, "role:master") {
+			return fmt.Errorf("replica %s not promoted (%v)", promoted.Addr(), err)
+		}
+		promotedAt = vload.now()
+		return nil
+	})
+	st.Eventually(t, 30*time.Second, func() error {
+		ts := s.transitions()
+		if len(ts) > 0 && ts[len(ts)-1].to != "closed" {
+			return fmt.Errorf("breaker transitions %s", describeTransitions(ts, vload.start))
+		}
+		return nil
+	})
+	time.Sleep(time.Second)
+	callsBefore := evalCalls(t, promoted)
+	tailFrom := vload.now()
+	time.Sleep(time.Second)
+	calls := evalCalls(t, promoted) - callsBefore
+	vlocal, vlast := vwatch.end()
+	olocal, _ := owatch.end()
+	vs, os := vload.end(), oload.end()
+	end := vload.now()
+	var backAt time.Duration
+	if !vlast.IsZero() {
+		backAt = vlast.Sub(vload.start)
+	}
+	// The two loads started together: one clock for both.
+	rows := []string{phaseHeader}
+	var stats []phaseStats
+	for _, l := range []struct {
+		name string
+		s    []sample
+	}{{"victim's slots", vs}, {"other slots", os}} {
+		for _, p := range []phaseStats{
+			statsOf(l.name+": steady", l.s, 0, killAt),
+			statsOf(l.name+": master killed, until a replica is promoted", l.s, killAt, promotedAt),
+			statsOf(l.name+": promoted, until back in Redis", l.s, promotedAt, max(backAt, promotedAt)),
+			statsOf(l.name+": back in Redis", l.s, max(backAt, promotedAt), end),
+		} {
+			stats = append(stats, p)
+			rows = append(rows, p.row())
+		}
+	}
+	outage := statsOf("", os, killAt, max(backAt, promotedAt))
+	ts := s.transitions()
+	report(t, "Redis Cluster failover (TestFaultClusterFailover)", append([]string{
+		fmt.Sprintf("Three masters with a replica each (`cluster-node-timeout 2000`), the sidecar on `redis+cluster://` with `--redis-timeout %s --breaker-cooldown %s --breaker-max-cooldown %s`; 2 closed-loop clients on keys of the killed master's slots, 2 on keys of the other masters' slots; the master killed with SIGKILL.",
+			faultTimeout, faultCooldown, faultMaxCooldown),
+		"",
+		fmt.Sprintf("- replica promoted **%s** after the kill; the victim's keys back in Redis (last local decision) **%s** after the kill, %s after the promotion",
+			ms(promotedAt-killAt), ms(backAt-killAt), ms(backAt-promotedAt)),
+		fmt.Sprintf("- local decisions: %.0f for the victim's slots; %.0f for the other slots, **%.0f%%** of their %d requests between the kill and the victim's return (one breaker per sidecar: while it is open every key is decided locally)",
+			vlocal, olocal, 100*olocal/float64(max(outage.n, 1)), outage.n),
+		fmt.Sprintf("- script calls on the promoted replica in the last second: %d", calls),
+		"- breaker: " + describeTransitions(ts, vload.start), ""}, rows...)...)
+
+	for _, p := range stats {
+		if p.failed != 0 {
+			t.Errorf("%s: %d failed requests, want 0", p.name, p.failed)
+		}
+	}
+	if backAt == 0 {
+		t.Errorf("no request was decided locally: the kill did not reach the sidecar")
+	} else if bound := promotedAt + faultMaxCooldown + faultMargin; backAt > bound {
+		t.Errorf("victim's keys back in Redis %s after the kill, later than the promotion (%s) + max cooldown + margin", ms(backAt-killAt), ms(promotedAt-killAt))
+	}
+	if backAt > tailFrom {
+		t.Errorf("local decisions until %s, into the last second (from %s)", ms(backAt), ms(tailFrom))
+	}
+	if calls == 0 {
+		t.Errorf("no script call on the promoted replica %s after the failover", promoted.Addr())
+	}
+}
+
+// sendN sends n GET requests to url with hdr and returns their status codes.
+func sendN(t *testing.T, url string, hdr map[string]string, n int) []int {
+	t.Helper()
+	out := make([]int, n)
+	for i := range out {
+		r, _ := http.NewRequest("GET", url, nil)
+		for k, v := range hdr {
+			r.Header.Set(k, v)
+		}
+		resp, err := http.DefaultClient.Do(r)
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, _ = io.Copy(io.Discard, resp.Body)
+		_ = resp.Body.Close()
+		out[i] = resp.StatusCode
+	}
+	return out
 }

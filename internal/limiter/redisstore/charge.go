@@ -41,6 +41,7 @@ func (s *Store) Charge(ctx context.Context, key string, lim limiter.Limit, n int
 	got, err := chargeScript.Run(ctx, s.client, s.Keys(key, lim), nowArg, s.minTTL, algCode(&lim),
 		lim.Limit, lim.WindowMs(), lim.Capacity(), n).Int64()
 	if err != nil {
+		s.reloadCluster()
 		return 0, s.wrap(ctx, err, time.Since(start))
 	}
 	return got, nil

@@ -157,10 +157,26 @@ func (s *Store) run(ctx context.Context, nowArg string, keys []string, args []an
 	if err != nil {
 		return nil, err
 	}
+	var vals []int64
 	if b != nil {
-		return b.do(ctx, nowArg, keys, args, takes)
+		vals, err = b.do(ctx, nowArg, keys, args, takes)
+	} else {
+		vals, err = runDirect(ctx, s.client, nowArg, s.minTTL, keys, args, takes)
 	}
-	return runDirect(ctx, s.client, nowArg, s.minTTL, keys, args, takes)
+	if err != nil {
+		s.reloadCluster()
+	}
+	return vals, err
+}
+
+// reloadCluster has a cluster client reload the slots' masters after a failed call. go-redis
+// reloads them on MOVED and ASK, and otherwise only every minute: after a master died and its
+// replica took over, the dead address would keep failing that long. The reload runs in the
+// background, at most one at a time with a 200 ms pause between (go-redis's LazyReload).
+func (s *Store) reloadCluster() {
+	if s.cluster != nil {
+		s.cluster.ReloadState(context.Background())
+	}
 }
 
 // runDirect is one call of the request script with one group, in a round trip of its own.
