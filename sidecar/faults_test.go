@@ -5,6 +5,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"os"
 	"strconv"
 	"strings"
 	"sync"
@@ -521,4 +522,149 @@ func sendN(t *testing.T, url string, hdr map[string]string, n int) []int {
 		out[i] = resp.StatusCode
 	}
 	return out
+}
+
+// floodMaxKeys is the sidecar's --local-max-keys in TestFaultKeyFlood: SLUICE_FLOOD_MAX_KEYS
+// (make chaos: the default, 100,000), else 10,000.
+func floodMaxKeys(t *testing.T) int {
+	if v := os.Getenv("SLUICE_FLOOD_MAX_KEYS"); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 1 {
+			t.Fatalf("SLUICE_FLOOD_MAX_KEYS=%q", v)
+		}
+		return n
+	}
+	return 10_000
+}
+
+// floodKeys is how many distinct keys TestFaultKeyFlood sends: SLUICE_FLOOD_KEYS (make chaos
+// sets 1,000,000), else 20,000, enough for the bounds to bind (twice --local-max-keys) in
+// seconds.
+func floodKeys(t *testing.T) int {
+	if v := os.Getenv("SLUICE_FLOOD_KEYS"); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 1 {
+			t.Fatalf("SLUICE_FLOOD_KEYS=%q", v)
+		}
+		return n
+	}
+	return 20_000
+}
+
+// Bounds of TestFaultKeyFlood, stated in the README: the sidecar's RSS stays under
+// floodBaseRSS + floodBytesPerLocalKey × --local-max-keys, and Redis's memory grows by at most
+// what the keys alive at once take: rate × TTL × bytes per key (floodRedisBytesPerKey, with a
+// factor floodRedisSlack for Redis's lazy expiry), plus floodRedisBase.
+const (
+	floodBaseRSS          = 64 << 20
+	floodBytesPerLocalKey = 2 << 10
+	floodRedisBytesPerKey = 200
+	floodRedisSlack       = 2
+	floodRedisBase        = 1 << 20
+	floodWindow           = time.Second // FixedWindow: a key lives at most a window in Redis
+)
+
+// TestFaultKeyFlood sends requests on distinct keys, each once, through one sidecar deciding
+// locally (no Redis) and one deciding in Redis: no request fails, the sidecar's peak RSS stays
+// under the bound --local-max-keys sets, and Redis's memory under rate × TTL × bytes per key.
+func TestFaultKeyFlood(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts the sidecar binary")
+	}
+	keys, floodLocalMaxKeys := floodKeys(t), floodMaxKeys(t)
+	doc := st.Doc(t, st.Policy("flood", []policy.Rule{st.Rule("per-client", 10, floodWindow, func(r *policy.Rule) {
+		r.Algorithm, r.Burst = "FixedWindow", 0
+		r.Key = []policy.KeyPart{{Source: policy.SourceHeader, Name: "X-Client"}}
+	})}))
+	cfg := writePolicies(t, doc)
+	var lines []string
+	for _, mode := range []string{"local", "redis"} {
+		t.Run(mode, func(t *testing.T) {
+			flags := []string{"--local-max-keys", strconv.Itoa(floodLocalMaxKeys), "--log-level", "info"}
+			var redis *redisserver.TestServer
+			if mode == "redis" {
+				redis = redisserver.StartTest(t)
+				flags = append(flags, "--redis-url", redis.URL(), "--redis-timeout", "1s")
+			}
+			s := launchSidecar(t, faultUpstream(t), cfg, flags...)
+			var baseMem, peakMem int64
+			usedMemory := func() int64 {
+				info, err := redis.Do("INFO", "memory")
+				if err != nil {
+					t.Error(err)
+					return 0
+				}
+				for _, line := range strings.Split(info, "\n") {
+					if v, ok := strings.CutPrefix(strings.TrimSpace(line), "used_memory:"); ok {
+						n, _ := strconv.ParseInt(v, 10, 64)
+						return n
+					}
+				}
+				return 0
+			}
+			stop, sampled := make(chan struct{}), make(chan struct{})
+			if redis != nil {
+				baseMem = usedMemory()
+				go func() {
+					defer close(sampled)
+					tick := time.NewTicker(100 * time.Millisecond)
+					defer tick.Stop()
+					for {
+						select {
+						case <-stop:
+							return
+						case <-tick.C:
+							peakMem = max(peakMem, usedMemory())
+						}
+					}
+				}()
+			} else {
+				close(sampled)
+			}
+			const workers = 8
+			var sent atomic.Int64
+			load := startFaultLoad(s.URL(), workers, func(w, n int) (string, map[string]string) {
+				sent.Add(1)
+				return "/", map[string]string{"X-Client": fmt.Sprintf("flood-%d-%d", w, n)}
+			})
+			for sent.Load() < int64(keys) {
+				time.Sleep(20 * time.Millisecond)
+			}
+			samples := load.end()
+			elapsed := load.now()
+			close(stop)
+			<-sampled
+			p := statsOf(mode, samples, 0, elapsed+time.Hour)
+			rss, hwm := procStatus(t, s.PID(), "VmRSS")<<10, procStatus(t, s.PID(), "VmHWM")<<10
+			rate := float64(p.n) / elapsed.Seconds()
+			rssBound := int64(floodBaseRSS + floodBytesPerLocalKey*floodLocalMaxKeys)
+			line := fmt.Sprintf("| %s | %d | %.1f s | %.0f/s | %d | %s | %s | %.1f MiB (%.1f MiB now) | %.1f MiB |", mode, p.n, elapsed.Seconds(), rate, p.failed,
+				ms(p.p99), ms(p.maxLat), float64(hwm)/(1<<20), float64(rss)/(1<<20), float64(rssBound)/(1<<20))
+			if redis != nil {
+				redisBound := int64(rate*floodWindow.Seconds()*floodRedisBytesPerKey*floodRedisSlack) + floodRedisBase
+				line += fmt.Sprintf(" %.1f MiB | %.1f MiB |", float64(peakMem-baseMem)/(1<<20), float64(redisBound)/(1<<20))
+				if peakMem-baseMem > redisBound {
+					t.Errorf("Redis memory grew by %d bytes, more than rate %.0f/s × TTL %s × %d B × %d + %d", peakMem-baseMem, rate, floodWindow, floodRedisBytesPerKey, floodRedisSlack, floodRedisBase)
+				}
+			} else {
+				line += " – | – |"
+			}
+			lines = append(lines, line)
+			if p.failed != 0 {
+				t.Errorf("%d of %d requests failed", p.failed, p.n)
+			}
+			if p.ok != p.n {
+				t.Errorf("%d of %d distinct keys admitted, want all (each key's first request)", p.ok, p.n)
+			}
+			if hwm > rssBound {
+				t.Errorf("peak RSS %d bytes, more than %d + %d × --local-max-keys %d", hwm, floodBaseRSS, floodBytesPerLocalKey, floodLocalMaxKeys)
+			}
+		})
+	}
+	report(t, "Key flood (TestFaultKeyFlood)", append([]string{
+		fmt.Sprintf("%d distinct keys (each requested once, 8 closed-loop clients) through one sidecar with `--local-max-keys %d`, a FixedWindow rule of 10 per %s keyed by a header; *local* has no Redis, *redis* decides in one redis-server. RSS is the sidecar's peak (VmHWM); Redis memory is the peak growth of `used_memory`, sampled every 100 ms.",
+			keys, floodLocalMaxKeys, floodWindow),
+		"",
+		"| mode | requests | time | rate | failed | p99 | max | sidecar peak RSS | RSS bound | Redis memory growth | Redis bound |",
+		"|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|"}, lines...)...)
 }
