@@ -381,7 +381,10 @@ func TestFaultClusterFailover(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts a Redis Cluster and the sidecar binary")
 	}
-	c := redisserver.StartCluster(t, 3, redisserver.WithReplicas(1))
+	// Without cluster-require-full-coverage no, every master refuses every command
+	// (CLUSTERDOWN) from the moment the dead one is flagged failed until its replica takes
+	// over: the README asks for it, for this reason.
+	c := redisserver.StartCluster(t, 3, redisserver.WithReplicas(1), redisserver.WithArgs("--cluster-require-full-coverage", "no"))
 	victim, promoted := c.Servers[0], c.Replicas[0][0]
 	addrs := c.Addrs()
 	url := "redis+cluster://" + addrs[0] + "?addr=" + addrs[1] + "&addr=" + addrs[2]
@@ -476,12 +479,12 @@ func TestFaultClusterFailover(t *testing.T) {
 	outage := statsOf("", os, killAt, max(backAt, promotedAt))
 	ts := s.transitions()
 	report(t, "Redis Cluster failover (TestFaultClusterFailover)", append([]string{
-		fmt.Sprintf("Three masters with a replica each (`cluster-node-timeout 2000`), the sidecar on `redis+cluster://` with `--redis-timeout %s --breaker-cooldown %s --breaker-max-cooldown %s`; 2 closed-loop clients on keys of the killed master's slots, 2 on keys of the other masters' slots; the master killed with SIGKILL.",
+		fmt.Sprintf("Three masters with a replica each (`cluster-node-timeout 2000`, `cluster-require-full-coverage no`), the sidecar on `redis+cluster://` with `--redis-timeout %s --breaker-cooldown %s --breaker-max-cooldown %s`; 2 closed-loop clients on keys of the killed master's slots, 2 on keys of the other masters' slots; the master killed with SIGKILL.",
 			faultTimeout, faultCooldown, faultMaxCooldown),
 		"",
 		fmt.Sprintf("- replica promoted **%s** after the kill; the victim's keys back in Redis (last local decision) **%s** after the kill, %s after the promotion",
 			ms(promotedAt-killAt), ms(backAt-killAt), ms(backAt-promotedAt)),
-		fmt.Sprintf("- local decisions: %.0f for the victim's slots; %.0f for the other slots, **%.0f%%** of their %d requests between the kill and the victim's return (one breaker per sidecar: while it is open every key is decided locally)",
+		fmt.Sprintf("- local decisions: %.0f for the victim's slots; %.0f for the other slots (**%.1f%%** of their %d requests between the kill and the victim's return; one breaker per master)",
 			vlocal, olocal, 100*olocal/float64(max(outage.n, 1)), outage.n),
 		fmt.Sprintf("- script calls on the promoted replica in the last second: %d", calls),
 		"- breaker: " + describeTransitions(ts, vload.start), ""}, rows...)...)
@@ -501,6 +504,11 @@ func TestFaultClusterFailover(t *testing.T) {
 	}
 	if calls == 0 {
 		t.Errorf("no script call on the promoted replica %s after the failover", promoted.Addr())
+	}
+	// The other masters' keys stay in Redis: a loaded machine may time out a call now and
+	// then (each decided locally), nothing more.
+	if olocal > float64(outage.n)/100 {
+		t.Errorf("%.0f of the other slots' %d requests during the failover decided locally, want at most 1%%", olocal, outage.n)
 	}
 }
 

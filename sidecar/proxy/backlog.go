@@ -52,8 +52,19 @@ type backlog struct {
 	mu      sync.Mutex
 	m       map[backlogKey]backlogEntry
 	bytes   int
-	pending atomic.Bool // m is not empty
-	running atomic.Bool // a flush is in progress
+	pending atomic.Bool  // m is not empty
+	running atomic.Bool  // a flush is in progress
+	retryAt atomic.Int64 // ms before which no flush starts, after one failed
+}
+
+// backlogRetry is how long after a flush that failed the next may start: a master still down
+// (on Redis Cluster the others answer meanwhile) is not asked again at every request.
+const backlogRetry = time.Second
+
+// due reports whether a flush should start at now: usage is waiting, none is running, and the
+// last failed long enough ago.
+func (b *backlog) due(now time.Time) bool {
+	return b.pending.Load() && !b.running.Load() && now.UnixMilli() >= b.retryAt.Load()
 }
 
 func newBacklog(c Charger, maxKeys, maxBytes int, units func(string, int64)) *backlog {
@@ -155,6 +166,7 @@ func (b *backlog) flush(now time.Time) (keys int, err error) {
 		got, cerr := b.charger.Charge(context.Background(), k.key, k.lim, n, now)
 		if cerr != nil {
 			err = cerr
+			b.retryAt.Store(nowMs + backlogRetry.Milliseconds())
 			b.putBack(k, e)
 			continue
 		}

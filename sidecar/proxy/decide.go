@@ -9,6 +9,7 @@ import (
 	"github.com/sluice-dev/sluice/internal/limiter"
 	"github.com/sluice-dev/sluice/internal/limiter/redisstore"
 	"github.com/sluice-dev/sluice/internal/policy"
+	"github.com/sluice-dev/sluice/sidecar/breaker"
 	"github.com/sluice-dev/sluice/sidecar/config"
 	"github.com/sluice-dev/sluice/sidecar/keys"
 )
@@ -197,17 +198,23 @@ func (h *Handler) takeRequest(ctx context.Context, pols []*config.Policy, rules 
 	if h.opts.Remote == nil {
 		return h.takeLocal(ctx, rules, takes, now, res)
 	}
-	if h.opts.Breaker.Allow() {
+	var bbuf [maxInline]*breaker.Breaker
+	brks := h.breakers(ctx, takes, bbuf[:0])
+	if allow(brks) {
 		err := h.remote(ctx, takes, now, res)
 		if err == nil {
-			h.opts.Breaker.Success()
-			if b := h.backlog; b != nil && b.pending.Load() && !b.running.Load() {
+			for _, b := range brks {
+				b.Success()
+			}
+			if b := h.backlog; b != nil && b.due(now) {
 				go h.flushBacklog()
 			}
 			return rules, takes, decided
 		}
 		if ctx.Err() != nil && !errors.Is(err, redisstore.ErrUnavailable) {
-			h.opts.Breaker.Release()
+			for _, b := range brks {
+				b.Release()
+			}
 			return nil, nil, canceled
 		}
 		if errors.Is(err, redisstore.ErrTimeout) {
@@ -215,7 +222,10 @@ func (h *Handler) takeRequest(ctx context.Context, pols []*config.Policy, rules 
 		} else {
 			h.opts.Metrics.RedisErrors.WithLabelValues("unavailable").Inc()
 		}
-		h.opts.Breaker.Failure()
+		// The request's call failed; which of its masters did not answer is not known.
+		for _, b := range brks {
+			b.Failure()
+		}
 		if ctx.Err() != nil {
 			return nil, nil, canceled
 		}
@@ -302,7 +312,9 @@ func (h *Handler) flushBacklog() {
 		return
 	}
 	if keys > 0 {
-		h.opts.Log.Info("Charged the usage admitted locally during the outage to Redis", "keys", keys,
+		// Debug: on Redis Cluster with one master down, the others' answers flush every few
+		// requests; sluice_outage_units_total counts what was charged.
+		h.opts.Log.Debug("Charged the usage admitted locally to Redis", "keys", keys,
 			"duration", h.opts.Clock.Since(start))
 	}
 }

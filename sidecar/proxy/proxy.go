@@ -40,6 +40,10 @@ type Options struct {
 	Remote Store
 	// Breaker guards Remote; required when Remote is set.
 	Breaker *breaker.Breaker
+	// MasterBreaker, when set and Remote is a MasterLocator (Redis Cluster), makes the breaker
+	// of each master, at its first use: a master that fails then sends only the keys of its
+	// slots to the fallback. Breaker still guards keys whose master is not known.
+	MasterBreaker func(addr string) *breaker.Breaker
 	// Local is the fallback store.
 	Local   Store
 	Metrics *metrics.Metrics
@@ -70,6 +74,8 @@ type Handler struct {
 	fast   *fasthttp.HostClient
 	upAddr string
 	upTLS  bool
+	// masters holds the breakers of Redis Cluster's masters (Options.MasterBreaker), by address.
+	masters sync.Map
 	// backlog is the usage admitted locally while Remote could not decide, to charge to it
 	// (backlog.go); nil unless Remote is a Charger.
 	backlog *backlog

@@ -169,6 +169,20 @@ func (s *Store) run(ctx context.Context, nowArg string, keys []string, args []an
 	return vals, err
 }
 
+// Master is the address of the Redis Cluster master holding key's state under lim, by the
+// client's current slot map; "" for a single-node or Sentinel client, or when the map is not
+// loaded. Callers keep per-master state with it (the sidecar's breakers).
+func (s *Store) Master(ctx context.Context, key string, lim limiter.Limit) string {
+	if s.cluster == nil {
+		return ""
+	}
+	node, err := s.cluster.MasterForKey(ctx, s.Keys(key, lim)[0])
+	if err != nil {
+		return ""
+	}
+	return node.Options().Addr
+}
+
 // reloadCluster has a cluster client reload the slots' masters after a failed call. go-redis
 // reloads them on MOVED and ASK, and otherwise only every minute: after a master died and its
 // replica took over, the dead address would keep failing that long. The reload runs in the
