@@ -107,6 +107,11 @@ func Start(opts ...Option) (*Server, error) {
 	} else if err := os.MkdirAll(dir, 0o755); err != nil {
 		return nil, fmt.Errorf("redisserver: %w", err)
 	}
+	// redis-server runs in dir (cmd.Dir) and is given dir's paths: a relative one would be
+	// resolved twice.
+	if dir, err = filepath.Abs(dir); err != nil {
+		return nil, fmt.Errorf("redisserver: %w", err)
+	}
 	s := &Server{bin: bin, dir: dir, cfg: cfg}
 
 	// Another process can take the port between our probe and redis-server's bind; try a few.
