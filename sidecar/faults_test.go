@@ -439,10 +439,11 @@ func TestFaultClusterFailover(t *testing.T) {
 		promotedAt = vload.now()
 		return nil
 	})
+	// The sidecar's gauge is its breakers' worst state: closed once the promoted replica's
+	// breaker is closed and the dead master's, whose address has no keys left, is dropped.
 	st.Eventually(t, 30*time.Second, func() error {
-		ts := s.transitions()
-		if len(ts) > 0 && ts[len(ts)-1].to != "closed" {
-			return fmt.Errorf("breaker transitions %s", describeTransitions(ts, vload.start))
+		if v := s.metric(t, "sluice_breaker_state"); v != 0 {
+			return fmt.Errorf("sluice_breaker_state %v; transitions %s", v, describeTransitions(s.transitions(), vload.start))
 		}
 		return nil
 	})
@@ -505,10 +506,11 @@ func TestFaultClusterFailover(t *testing.T) {
 	if calls == 0 {
 		t.Errorf("no script call on the promoted replica %s after the failover", promoted.Addr())
 	}
-	// The other masters' keys stay in Redis: a loaded machine may time out a call now and
-	// then (each decided locally), nothing more.
-	if olocal > float64(outage.n)/100 {
-		t.Errorf("%.0f of the other slots' %d requests during the failover decided locally, want at most 1%%", olocal, outage.n)
+	// The other masters' keys stay in Redis: a loaded machine may time out three calls in a
+	// row now and then (a cooldown decided locally), nothing more. One breaker for all
+	// masters decided 48% to 98% of them locally.
+	if olocal > float64(outage.n)/20 {
+		t.Errorf("%.0f of the other slots' %d requests during the failover decided locally, want at most 5%%", olocal, outage.n)
 	}
 }
 

@@ -3,6 +3,8 @@ package proxy
 import (
 	"context"
 	"slices"
+	"sync/atomic"
+	"time"
 
 	"github.com/sluice-dev/sluice/internal/limiter"
 	"github.com/sluice-dev/sluice/sidecar/breaker"
@@ -36,13 +38,50 @@ func (h *Handler) breakers(ctx context.Context, takes []limiter.Take, dst []*bre
 	return dst
 }
 
-// masterBreaker returns the breaker of the master at addr, made at its first use.
+// masterStale is how long a master's breaker is kept without a request for its keys. After
+// a failover the failed master's address has no keys any more, and its breaker, left open,
+// would hold sluice_breaker_state at open; a master that is still in use is asked by every
+// request on its keys, so only an idle one is dropped (made again, closed, at its next use).
+const masterStale = 5 * time.Second
+
+// masterEntry is a master's breaker and when it was last asked for (ms).
+type masterEntry struct {
+	b    *breaker.Breaker
+	used atomic.Int64
+}
+
+// masterBreaker returns the breaker of the master at addr, made at its first use, and drops
+// the stale ones (at most once a second).
 func (h *Handler) masterBreaker(addr string) *breaker.Breaker {
-	if b, ok := h.masters.Load(addr); ok {
-		return b.(*breaker.Breaker)
+	nowMs := h.opts.Clock.Now().UnixMilli()
+	if last := h.pruned.Load(); nowMs-last >= 1000 && h.pruned.CompareAndSwap(last, nowMs) {
+		h.pruneMasters(nowMs)
 	}
-	b, _ := h.masters.LoadOrStore(addr, h.opts.MasterBreaker(addr))
-	return b.(*breaker.Breaker)
+	v, ok := h.masters.Load(addr)
+	if !ok {
+		e := &masterEntry{b: h.opts.MasterBreaker(addr)}
+		v, _ = h.masters.LoadOrStore(addr, e)
+	}
+	e := v.(*masterEntry)
+	e.used.Store(nowMs)
+	return e.b
+}
+
+// pruneMasters drops the breakers not asked for within masterStale and, when one was not
+// closed, updates sluice_breaker_state to the worst state left.
+func (h *Handler) pruneMasters(nowMs int64) {
+	dropped := false
+	h.masters.Range(func(k, v any) bool {
+		e := v.(*masterEntry)
+		if nowMs-e.used.Load() > masterStale.Milliseconds() {
+			h.masters.Delete(k)
+			dropped = dropped || e.b.State() != breaker.Closed
+		}
+		return true
+	})
+	if dropped {
+		h.opts.Metrics.BreakerState.Set(float64(h.BreakerState()))
+	}
 }
 
 // BreakerState is the worst state of the Handler's breakers (Open over HalfOpen over Closed):
@@ -53,7 +92,7 @@ func (h *Handler) BreakerState() breaker.State {
 		worst = h.opts.Breaker.State()
 	}
 	h.masters.Range(func(_, v any) bool {
-		worst = max(worst, v.(*breaker.Breaker).State())
+		worst = max(worst, v.(*masterEntry).b.State())
 		return true
 	})
 	return worst

@@ -19,6 +19,7 @@ import (
 	"net/url"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/valyala/fasthttp"
@@ -75,7 +76,8 @@ type Handler struct {
 	upAddr string
 	upTLS  bool
 	// masters holds the breakers of Redis Cluster's masters (Options.MasterBreaker), by address.
-	masters sync.Map
+	masters sync.Map     // addr -> *masterEntry
+	pruned  atomic.Int64 // ms of the last pruneMasters
 	// backlog is the usage admitted locally while Remote could not decide, to charge to it
 	// (backlog.go); nil unless Remote is a Charger.
 	backlog *backlog
