@@ -76,12 +76,6 @@ func startFaultLoad(base string, workers int, req func(worker, n int) (string, m
 // now is the instant as an offset from the load's start, for phase boundaries.
 func (l *faultLoad) now() time.Duration { return time.Since(l.start) }
 
-func (l *faultLoad) count() int {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return len(l.samples)
-}
-
 // end stops the load and returns its samples in start order.
 func (l *faultLoad) end() []sample {
 	close(l.stop)
@@ -92,11 +86,10 @@ func (l *faultLoad) end() []sample {
 
 // phaseStats are the figures of the samples started in one phase.
 type phaseStats struct {
-	name                       string
-	n, ok, limited, failed     int
-	p50, p99, maxLat           time.Duration
-	from, to                   time.Duration
-	localDecisions, redisCalls float64 // filled by the caller, when it measures them
+	name                   string
+	n, ok, limited, failed int
+	p50, p99, maxLat       time.Duration
+	from, to               time.Duration
 }
 
 func statsOf(name string, samples []sample, from, to time.Duration) phaseStats {

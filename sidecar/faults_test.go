@@ -139,7 +139,7 @@ func TestFaultSentinelFailover(t *testing.T) {
 	st.Eventually(t, 30*time.Second, func() error {
 		addr, err := d.MasterAddr()
 		if err != nil || addr == before {
-			return fmt.Errorf("master still %s (%v)", addr, err)
+			return fmt.Errorf("master still %s (%w)", addr, err)
 		}
 		if addr != promoted.Addr() {
 			t.Fatalf("sentinels promoted %s, not the replica %s", addr, promoted.Addr())
@@ -342,8 +342,8 @@ func TestFaultSlowRedis(t *testing.T) {
 	}
 	// Under 80 ms every call times out: the breaker is open through the phase (it may have
 	// opened in the 30 ms phase already, see the README) and never closes in it.
-	if st := stateAt(all, load.start.Add(phases[2].to)); st != "open" && st != "half-open" {
-		t.Errorf("breaker %s at the end of the 80 ms phase, want open: %s", st, describeTransitions(all, load.start))
+	if state := stateAt(all, load.start.Add(phases[2].to)); state != "open" && state != "half-open" {
+		t.Errorf("breaker %s at the end of the 80 ms phase, want open: %s", state, describeTransitions(all, load.start))
 	}
 	for _, tr := range phases[2].ts {
 		if tr.to == "closed" {
@@ -434,7 +434,7 @@ func TestFaultClusterFailover(t *testing.T) {
 	st.Eventually(t, 30*time.Second, func() error {
 		info, err := promoted.Do("INFO", "replication")
 		if err != nil || !strings.Contains(info, "role:master") {
-			return fmt.Errorf("replica %s not promoted (%v)", promoted.Addr(), err)
+			return fmt.Errorf("replica %s not promoted (%w)", promoted.Addr(), err)
 		}
 		promotedAt = vload.now()
 		return nil
@@ -454,7 +454,7 @@ func TestFaultClusterFailover(t *testing.T) {
 	calls := evalCalls(t, promoted) - callsBefore
 	vlocal, vlast := vwatch.end()
 	olocal, _ := owatch.end()
-	vs, os := vload.end(), oload.end()
+	vs, others := vload.end(), oload.end()
 	end := vload.now()
 	var backAt time.Duration
 	if !vlast.IsZero() {
@@ -466,7 +466,7 @@ func TestFaultClusterFailover(t *testing.T) {
 	for _, l := range []struct {
 		name string
 		s    []sample
-	}{{"victim's slots", vs}, {"other slots", os}} {
+	}{{"victim's slots", vs}, {"other slots", others}} {
 		for _, p := range []phaseStats{
 			statsOf(l.name+": steady", l.s, 0, killAt),
 			statsOf(l.name+": master killed, until a replica is promoted", l.s, killAt, promotedAt),
@@ -477,7 +477,7 @@ func TestFaultClusterFailover(t *testing.T) {
 			rows = append(rows, p.row())
 		}
 	}
-	outage := statsOf("", os, killAt, max(backAt, promotedAt))
+	outage := statsOf("", others, killAt, max(backAt, promotedAt))
 	ts := s.transitions()
 	report(t, "Redis Cluster failover (TestFaultClusterFailover)", append([]string{
 		fmt.Sprintf("Three masters with a replica each (`cluster-node-timeout 2000`, `cluster-require-full-coverage no`), the sidecar on `redis+cluster://` with `--redis-timeout %s --breaker-cooldown %s --breaker-max-cooldown %s`; 2 closed-loop clients on keys of the killed master's slots, 2 on keys of the other masters' slots; the master killed with SIGKILL.",

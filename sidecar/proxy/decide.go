@@ -305,16 +305,16 @@ func (h *Handler) takeLocal(ctx context.Context, rules []*config.Rule, takes []l
 // flushBacklog charges the usage admitted locally to Remote, which just answered.
 func (h *Handler) flushBacklog() {
 	start := h.opts.Clock.Now()
-	keys, err := h.backlog.flush(start)
+	charged, err := h.backlog.flush(start)
 	if err != nil {
-		h.opts.Log.Warn("Could not charge all the usage admitted locally to Redis; retrying after its next answer",
-			"keys", keys, "error", err.Error())
+		h.opts.Log.Warn("Could not charge all the usage admitted locally to Redis; retrying with an answer at least 1 s from now",
+			"keys", charged, "error", err.Error())
 		return
 	}
-	if keys > 0 {
+	if charged > 0 {
 		// Debug: on Redis Cluster with one master down, the others' answers flush every few
 		// requests; sluice_outage_units_total counts what was charged.
-		h.opts.Log.Debug("Charged the usage admitted locally to Redis", "keys", keys,
+		h.opts.Log.Debug("Charged the usage admitted locally to Redis", "keys", charged,
 			"duration", h.opts.Clock.Since(start))
 	}
 }
