@@ -31,9 +31,11 @@ const (
 	faultCooldown    = 250 * time.Millisecond
 	faultMaxCooldown = time.Second
 	faultTimeout     = 50 * time.Millisecond
-	// failoverTimeout is the failover tests' --redis-timeout: a killed server refuses
+	// failoverTimeout is the Sentinel test's --redis-timeout: a killed server refuses
 	// connections at once, so the budget does not delay the fallback, and a longer one keeps
-	// an overloaded test machine (load 20 on 2 cores) from timing out healthy calls.
+	// an overloaded test machine (load 20 on 2 cores) from timing out healthy calls. The
+	// Cluster test keeps 50 ms: with 250 ms the dead master's calls wait out the budget
+	// instead of opening a breaker, and one breaker for all masters would pass unnoticed.
 	failoverTimeout = 250 * time.Millisecond
 	// faultMargin is what the bounds allow on top of the failover and the cooldown: a loaded
 	// machine's scheduling, go-redis noticing the new master, a probe's round trip.
@@ -416,7 +418,7 @@ func TestFaultClusterFailover(t *testing.T) {
 	doc := st.Doc(t,
 		st.Policy("victim", []policy.Rule{neverDenies("per-client", func(r *policy.Rule) { r.Match = &policy.Match{PathPrefix: "/v"} })}),
 		st.Policy("others", []policy.Rule{neverDenies("per-client", func(r *policy.Rule) { r.Match = &policy.Match{PathPrefix: "/o"} })}))
-	s := launchSidecar(t, faultUpstream(t), writePolicies(t, doc), faultFlags(url, failoverTimeout)...)
+	s := launchSidecar(t, faultUpstream(t), writePolicies(t, doc), faultFlags(url, faultTimeout)...)
 
 	// Which clients' keys live on the victim: one request each, and see where a key appears.
 	var onVictim, elsewhere []string
@@ -507,7 +509,7 @@ func TestFaultClusterFailover(t *testing.T) {
 	ts := s.transitions()
 	report(t, "Redis Cluster failover (TestFaultClusterFailover)", append([]string{
 		fmt.Sprintf("Three masters with a replica each (`cluster-node-timeout 2000`, `cluster-require-full-coverage no`), the sidecar on `redis+cluster://` with `--redis-timeout %s --breaker-cooldown %s --breaker-max-cooldown %s`; 2 closed-loop clients on keys of the killed master's slots, 2 on keys of the other masters' slots; the master killed with SIGKILL.",
-			failoverTimeout, faultCooldown, faultMaxCooldown),
+			faultTimeout, faultCooldown, faultMaxCooldown),
 		"",
 		fmt.Sprintf("- replica promoted **%s** after the kill; the victim's keys back in Redis (last local decision) **%s** after the kill, %s after the promotion",
 			ms(promotedAt-killAt), ms(backAt-killAt), ms(backAt-promotedAt)),
