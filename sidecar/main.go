@@ -79,6 +79,8 @@ func run() error {
 	loader.Recheck = o.ReloadInterval
 	loader.PodName = o.PodName
 
+	// handler is set once made: the breakers' transitions read its worst state.
+	var handler atomic.Pointer[proxy.Handler]
 	opts := proxy.Options{
 		Upstream: target,
 		Config:   loader.Current,
@@ -117,20 +119,38 @@ func run() error {
 			s := leases.Stats()
 			return metrics.LeaseStats{Decisions: s.Decisions, StoreCalls: s.StoreCalls, Leases: s.Leases, UnitsReturned: s.UnitsReturned}
 		})
-		opts.Breaker = breaker.New(breaker.Options{
-			Threshold: o.BreakerThreshold, Cooldown: o.BreakerCooldown, MaxCooldown: o.BreakerMaxCooldown, Jitter: true,
-			OnTransition: func(from, to breaker.State, cd time.Duration) {
-				m.BreakerState.Set(float64(to))
-				m.BreakerTransitions.WithLabelValues(to.String()).Inc()
-				log.Warn("Redis circuit breaker changed state", "from", from.String(), "to", to.String(), "cooldown", cd)
-			},
-		})
+		// What the local share admits while Redis is unreachable is charged to Redis when it
+		// is back, for at most as many keys as the local store holds.
+		opts.BacklogMaxKeys = o.LocalMaxKeys
+		// One breaker for the store, and on Redis Cluster one per master, so that a master that
+		// fails sends only its own slots' keys to the fallback. The gauge is the worst state.
+		newBreaker := func(master string) *breaker.Breaker {
+			return breaker.New(breaker.Options{
+				Threshold: o.BreakerThreshold, Cooldown: o.BreakerCooldown, MaxCooldown: o.BreakerMaxCooldown, Jitter: true,
+				OnTransition: func(from, to breaker.State, cd time.Duration) {
+					if h := handler.Load(); h != nil {
+						m.BreakerState.Set(float64(max(to, h.BreakerState())))
+					} else {
+						m.BreakerState.Set(float64(to))
+					}
+					m.BreakerTransitions.WithLabelValues(to.String()).Inc()
+					attrs := []any{"from", from.String(), "to", to.String(), "cooldown", cd}
+					if master != "" {
+						attrs = append(attrs, "master", master)
+					}
+					log.Warn("Redis circuit breaker changed state", attrs...)
+				},
+			})
+		}
+		opts.Breaker = newBreaker("")
+		opts.MasterBreaker = newBreaker
 		log.Info("Deciding with Redis; failure modes apply while it is unreachable",
 			"redis", redactURL(o.RedisURL), "timeout", o.RedisTimeout, "breakerThreshold", o.BreakerThreshold, "breakerCooldown", o.BreakerCooldown)
 	} else {
 		log.Warn("No --redis-url: every limit is decided in this pod with its share (limit / replicas), as in failure mode Local")
 	}
-	handler := proxy.New(opts)
+	h := proxy.New(opts)
+	handler.Store(h)
 
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
 	defer stop()
@@ -162,7 +182,7 @@ func run() error {
 	if o.ReadHeaderTimeout <= 0 || o.IdleTimeout <= 0 {
 		return fmt.Errorf("--%s and --%s must be positive", inject.FlagReadHeaderTimeout, inject.FlagIdleTimeout)
 	}
-	srv := proxy.NewServer(handler, proxy.ServerOptions{
+	srv := proxy.NewServer(h, proxy.ServerOptions{
 		MaxHeaderBytes:    o.MaxHeaderBytes,
 		ReadHeaderTimeout: o.ReadHeaderTimeout,
 		IdleTimeout:       o.IdleTimeout,

@@ -40,6 +40,10 @@ type Metrics struct {
 	QueueDelaySeconds  prometheus.Histogram
 	QueueAbandoned     prometheus.Counter
 	UpstreamErrors     prometheus.Counter
+	// OutageUnits counts the units admitted locally while Redis could not decide, by what
+	// became of them: "charged" to Redis when it was back, "expired" (their window passed
+	// first), "dropped" (the backlog was full, see proxy.Options.BacklogMaxKeys).
+	OutageUnits *prometheus.CounterVec
 }
 
 // New creates the collectors and registers them, with the Go and process collectors, on a new
@@ -101,10 +105,14 @@ func New() *Metrics {
 			Name: "sluice_upstream_errors_total",
 			Help: "Requests the upstream could not answer (answered 502 by the sidecar).",
 		}),
+		OutageUnits: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "sluice_outage_units_total",
+			Help: "Units admitted on the local share while Redis could not decide, by outcome: charged to Redis once it was back, expired with their window first, or dropped (backlog full).",
+		}, []string{"outcome"}),
 	}
 	m.Registry.MustRegister(m.requests, m.fallback, m.DecisionSeconds, m.RedisErrors, m.BreakerState,
 		m.BreakerTransitions, m.ConfigGeneration, m.ConfigReloads, m.ReloadFailures, m.ConfigPolicies,
-		m.QueueDelaySeconds, m.QueueAbandoned, m.UpstreamErrors,
+		m.QueueDelaySeconds, m.QueueAbandoned, m.UpstreamErrors, m.OutageUnits,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m
 }

@@ -9,6 +9,7 @@ import (
 	"github.com/sluice-dev/sluice/internal/limiter"
 	"github.com/sluice-dev/sluice/internal/limiter/redisstore"
 	"github.com/sluice-dev/sluice/internal/policy"
+	"github.com/sluice-dev/sluice/sidecar/breaker"
 	"github.com/sluice-dev/sluice/sidecar/config"
 	"github.com/sluice-dev/sluice/sidecar/keys"
 )
@@ -254,7 +255,9 @@ func (h *Handler) takeRequest(ctx context.Context, pols []*config.Policy, rules 
 			return rules, takes, decided, false // leased rules have no countWhen (CEL)
 		}
 	}
-	if h.opts.Breaker.Allow() {
+	var bbuf [maxInline]*breaker.Breaker
+	brks := h.breakers(ctx, takes, bbuf[:0])
+	if allow(brks) {
 		var err error
 		if leased {
 			res[0], err = h.opts.Leases.Take(ctx, takes[0].Key, takes[0].Limit, *rules[0].Lease, takes[0].N, now)
@@ -262,11 +265,18 @@ func (h *Handler) takeRequest(ctx context.Context, pols []*config.Policy, rules 
 			err = h.remote(ctx, takes, now, res)
 		}
 		if err == nil {
-			h.opts.Breaker.Success()
+			for _, b := range brks {
+				b.Success()
+			}
+			if b := h.backlog; b != nil && b.due(now) {
+				go h.flushBacklog()
+			}
 			return rules, takes, decided, false
 		}
 		if ctx.Err() != nil && !errors.Is(err, redisstore.ErrUnavailable) {
-			h.opts.Breaker.Release()
+			for _, b := range brks {
+				b.Release()
+			}
 			return nil, nil, canceled, false
 		}
 		if errors.Is(err, redisstore.ErrTimeout) {
@@ -274,7 +284,10 @@ func (h *Handler) takeRequest(ctx context.Context, pols []*config.Policy, rules 
 		} else {
 			h.opts.Metrics.RedisErrors.WithLabelValues("unavailable").Inc()
 		}
-		h.opts.Breaker.Failure()
+		// The request's call failed; which of its masters did not answer is not known.
+		for _, b := range brks {
+			b.Failure()
+		}
 		if ctx.Err() != nil {
 			return nil, nil, canceled, false
 		}
@@ -315,8 +328,17 @@ func (h *Handler) remote(ctx context.Context, takes []limiter.Take, now time.Tim
 }
 
 // takeLocal decides takes with the local store and this pod's share of each rule's limit. It
-// rewrites takes' limits and costs to the shares.
+// rewrites takes' limits and costs to the shares. With a backlog (Redis could not decide), an
+// admitted request's allowed takes are kept in it at their cost under the shared limit.
 func (h *Handler) takeLocal(ctx context.Context, rules []*config.Rule, takes []limiter.Take, now time.Time, res []limiter.Result) ([]*config.Rule, []limiter.Take, outcome) {
+	var costBuf [maxInline]int64
+	var costs []int64
+	if h.backlog != nil {
+		costs = costBuf[:0]
+		for i := range takes {
+			costs = append(costs, takes[i].N)
+		}
+	}
 	for i, rule := range rules {
 		takes[i].Limit = rule.Local
 		takes[i].N = rule.LocalCost(takes[i].N)
@@ -332,7 +354,32 @@ func (h *Handler) takeLocal(ctx context.Context, rules []*config.Rule, takes []l
 		// validated, so this is a clock before 1970. Admit rather than fail the request.
 		return nil, nil, skipped
 	}
+	if costs != nil && limiter.Admitted(takes, res) {
+		nowMs := now.UnixMilli()
+		for i, rule := range rules {
+			if res[i].Allowed {
+				h.backlog.add(takes[i].Key, rule.Limit, costs[i], nowMs)
+			}
+		}
+	}
 	return rules, takes, decided
+}
+
+// flushBacklog charges the usage admitted locally to Remote, which just answered.
+func (h *Handler) flushBacklog() {
+	start := h.opts.Clock.Now()
+	charged, err := h.backlog.flush(start)
+	if err != nil {
+		h.opts.Log.Warn("Could not charge all the usage admitted locally to Redis; retrying with an answer at least 1 s from now",
+			"keys", charged, "error", err.Error())
+		return
+	}
+	if charged > 0 {
+		// Debug: on Redis Cluster with one master down, the others' answers flush every few
+		// requests; sluice_outage_units_total counts what was charged.
+		h.opts.Log.Debug("Charged the usage admitted locally to Redis", "keys", charged,
+			"duration", h.opts.Clock.Since(start))
+	}
 }
 
 // reset drops what sc refers to, so that a pooled scratch keeps no key or configuration alive.

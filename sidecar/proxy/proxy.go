@@ -19,6 +19,7 @@ import (
 	"net/url"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/valyala/fasthttp"
@@ -44,6 +45,10 @@ type Options struct {
 	// Leases decides the rules that have a lease (with Remote's store); nil decides them as
 	// the others.
 	Leases *lease.Engine
+	// MasterBreaker, when set and Remote is a MasterLocator (Redis Cluster), makes the breaker
+	// of each master, at its first use: a master that fails then sends only the keys of its
+	// slots to the fallback. Breaker still guards keys whose master is not known.
+	MasterBreaker func(addr string) *breaker.Breaker
 	// Local is the fallback store.
 	Local   Store
 	Metrics *metrics.Metrics
@@ -56,6 +61,11 @@ type Options struct {
 	// and reset_at), times a queued request's delay and the decision latency; nil means the
 	// real clock.
 	Clock clock.Clock
+	// BacklogMaxKeys and BacklogMaxBytes bound the usage kept, while Remote cannot decide, to
+	// be charged to it once it is back (when Remote is a Charger): at most that many keys, and
+	// that many bytes of keys (each counted with a fixed overhead); zero means
+	// DefaultBacklogMaxKeys, DefaultBacklogMaxBytes. Admissions on further keys are not kept.
+	BacklogMaxKeys, BacklogMaxBytes int
 }
 
 // Handler is the sidecar's request path: an http.Handler for h2c and a fasthttp handler
@@ -69,6 +79,12 @@ type Handler struct {
 	fast   *fasthttp.HostClient
 	upAddr string
 	upTLS  bool
+	// masters holds the breakers of Redis Cluster's masters (Options.MasterBreaker), by address.
+	masters sync.Map     // addr -> *masterEntry
+	pruned  atomic.Int64 // ms of the last pruneMasters
+	// backlog is the usage admitted locally while Remote could not decide, to charge to it
+	// (backlog.go); nil unless Remote is a Charger.
+	backlog *backlog
 }
 
 // NewTransport returns the upstream transport: HTTP/1.1 keep-alive with a pool sized for a
@@ -111,6 +127,11 @@ func New(opts Options) *Handler {
 		opts.Transport = NewTransport()
 	}
 	h.opts = opts
+	if c, ok := opts.Remote.(Charger); ok && opts.Remote != nil {
+		h.backlog = newBacklog(c, opts.BacklogMaxKeys, opts.BacklogMaxBytes, func(outcome string, n int64) {
+			opts.Metrics.OutageUnits.WithLabelValues(outcome).Add(float64(n))
+		})
+	}
 	target := opts.Upstream
 	h.upAddr, h.upTLS = HostPort(target), target.Scheme == "https"
 	h.fast = newHostClient(h.upAddr, h.upTLS)

@@ -158,10 +158,40 @@ func (s *Store) run(ctx context.Context, nowArg string, keys []string, args []an
 	if err != nil {
 		return nil, err
 	}
+	var vals []int64
 	if b != nil {
-		return b.do(ctx, nowArg, keys, args, takes)
+		vals, err = b.do(ctx, nowArg, keys, args, takes)
+	} else {
+		vals, err = runDirect(ctx, s.client, nowArg, s.minTTL, keys, args, takes)
 	}
-	return runDirect(ctx, s.client, nowArg, s.minTTL, keys, args, takes)
+	if err != nil {
+		s.reloadCluster()
+	}
+	return vals, err
+}
+
+// Master is the address of the Redis Cluster master holding key's state under lim, by the
+// client's current slot map; "" for a single-node or Sentinel client, or when the map is not
+// loaded. Callers keep per-master state with it (the sidecar's breakers).
+func (s *Store) Master(ctx context.Context, key string, lim limiter.Limit) string {
+	if s.cluster == nil {
+		return ""
+	}
+	node, err := s.cluster.MasterForKey(ctx, s.Keys(key, lim)[0])
+	if err != nil {
+		return ""
+	}
+	return node.Options().Addr
+}
+
+// reloadCluster has a cluster client reload the slots' masters after a failed call. go-redis
+// reloads them on MOVED and ASK, and otherwise only every minute: after a master died and its
+// replica took over, the dead address would keep failing that long. The reload runs in the
+// background, at most one at a time with a 200 ms pause between (go-redis's LazyReload).
+func (s *Store) reloadCluster() {
+	if s.cluster != nil {
+		s.cluster.ReloadState(context.Background())
+	}
 }
 
 // runDirect is one call of the request script with one group, in a round trip of its own.
