@@ -77,6 +77,10 @@ type RateLimitPolicyReconciler struct {
 func (r *RateLimitPolicyReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
 	log := logf.FromContext(ctx)
 	ns := req.Namespace
+	if wait := r.holdBack(ns); wait > 0 {
+		// Statuses wait too: they report the content the ConfigMap holds.
+		return ctrl.Result{RequeueAfter: wait}, nil
+	}
 
 	var list v1alpha1.RateLimitPolicyList
 	if err := r.List(ctx, &list, client.InNamespace(ns)); err != nil {
@@ -94,10 +98,6 @@ func (r *RateLimitPolicyReconciler) Reconcile(ctx context.Context, req ctrl.Requ
 		return ctrl.Result{}, err
 	}
 
-	if wait, err := r.holdBack(ctx, ns, payload); err != nil || wait > 0 {
-		// Statuses wait too: they report the content the ConfigMap holds.
-		return ctrl.Result{RequeueAfter: wait}, err
-	}
 	changed, hash, renderErr := r.writeConfigMap(ctx, doc, payload, list.Items)
 	if changed {
 		r.mu.Lock()
@@ -145,31 +145,20 @@ func (r *RateLimitPolicyReconciler) Reconcile(ctx context.Context, req ctrl.Requ
 	return ctrl.Result{}, errors.Join(errs...)
 }
 
-// holdBack returns how long to wait before writing payload into ns's ConfigMap: zero unless
-// its content changed less than RenderInterval ago and payload would change it again.
-func (r *RateLimitPolicyReconciler) holdBack(ctx context.Context, ns string, payload *policy.Payload) (time.Duration, error) {
+// holdBack returns how long ns's next render waits: zero unless its ConfigMap content changed
+// less than RenderInterval ago. A held-back request is requeued for the end of the interval,
+// without listing or rendering anything, so a burst of pod events costs one render.
+func (r *RateLimitPolicyReconciler) holdBack(ns string) time.Duration {
 	if r.RenderInterval <= 0 {
-		return 0, nil
+		return 0
 	}
 	r.mu.Lock()
 	last, ok := r.written[ns]
 	r.mu.Unlock()
-	wait := r.RenderInterval - r.Clock.Since(last)
-	if !ok || wait <= 0 {
-		return 0, nil
+	if wait := r.RenderInterval - r.Clock.Since(last); ok && wait > 0 {
+		return wait
 	}
-	var cm corev1.ConfigMap
-	err := r.Get(ctx, types.NamespacedName{Namespace: ns, Name: policy.ConfigMapName}, &cm)
-	if apierrors.IsNotFound(err) {
-		return 0, nil // nothing to protect: a namespace's first file goes out at once
-	}
-	if err != nil {
-		return 0, err
-	}
-	if cm.Annotations[policy.HashAnnotation] == payload.Hash {
-		return 0, nil // same content: owners and statuses may still need a write
-	}
-	return wait, nil
+	return 0
 }
 
 // writeConfigMap makes the namespace's ConfigMap hold doc, owned by every live policy, and
