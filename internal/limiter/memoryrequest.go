@@ -64,7 +64,7 @@ func (m *MemoryStore) TakeRequest(_ context.Context, takes []Take, now time.Time
 		} else {
 			res[i] = t.e.take(tk.N, nowMs)
 		}
-		if !res[i].Allowed && !tk.Shadow {
+		if !res[i].Allowed && !tk.Shadow { //nolint:gosec // res holds len(takes) results (checked above)
 			admitted = false
 		}
 	}

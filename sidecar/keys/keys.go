@@ -318,7 +318,7 @@ func (k *Key) FromValues(values []string) (string, error) {
 	req := Request{Header: HTTPHeader{}}
 	query := url.Values{}
 	for i, p := range k.parts {
-		v := values[i]
+		v := values[i] //nolint:gosec // len(values) == len(k.parts), checked above
 		switch p.Source {
 		case policy.SourceClientIP:
 			if a, err := netip.ParseAddr(v); err == nil {
