@@ -11,7 +11,7 @@ import (
 func validDoc() *Document {
 	return &Document{Version: Version, Namespace: "shop", Policies: []Policy{{
 		Name:        "api",
-		Selector:    metav1.LabelSelector{MatchLabels: map[string]string{"app": "web"}},
+		Selector:    &metav1.LabelSelector{MatchLabels: map[string]string{"app": "web"}},
 		FailureMode: "Local",
 		Response:    Response{StatusCode: 429, Headers: "Both"},
 		Rules: []Rule{{Name: "r", Key: []KeyPart{{Source: SourceClientIP}}, Algorithm: "TokenBucket",

@@ -157,6 +157,9 @@ func compilePolicy(p policy.Policy, podName string, m *metrics.Metrics) (*Policy
 		cp.StatusCode = 429
 	}
 	for _, r := range p.Rules {
+		if r.Descriptor() {
+			continue // Envoy's descriptors, decided by the RLS server: no HTTP request matches
+		}
 		lim := r.LimiterLimit()
 		if err := lim.Validate(); err != nil {
 			return nil, fmt.Errorf("rule %s: %w", r.Name, err)
