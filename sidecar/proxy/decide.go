@@ -2,30 +2,18 @@ package proxy
 
 import (
 	"context"
-	"errors"
 	"sync"
 	"time"
 
 	"github.com/sluice-dev/sluice/internal/limiter"
-	"github.com/sluice-dev/sluice/internal/limiter/redisstore"
-	"github.com/sluice-dev/sluice/internal/policy"
 	"github.com/sluice-dev/sluice/sidecar/config"
+	"github.com/sluice-dev/sluice/sidecar/decide"
 	"github.com/sluice-dev/sluice/sidecar/keys"
 )
 
 // This file is the request path's decision, written once for both servers (fasthttp's for
 // HTTP/1.1, net/http's for h2c): they fill a keys.Request view, call decide, and render
 // the decision in their own response type.
-
-// outcome is how one rule was decided.
-type outcome uint8
-
-const (
-	decided     outcome = iota // res holds a decision (Redis or local)
-	skipped                    // failure mode Open: admitted without a decision
-	unavailable                // failure mode Closed: answer 503
-	canceled                   // the client went away
-)
 
 // verdict accumulates the decisions of one request.
 type verdict struct {
@@ -79,10 +67,7 @@ type decision struct {
 }
 
 // Store is what the request path needs of a store: single takes and whole requests.
-type Store interface {
-	limiter.Store
-	limiter.RequestStore
-}
+type Store = decide.Store
 
 // maxInline is how many matching rules a request decides without allocating its scratch.
 const maxInline = 8
@@ -128,35 +113,22 @@ func (h *Handler) decide(ctx context.Context, cfg *config.Config, req *keys.Requ
 		res = make([]limiter.Result, len(takes))
 	}
 	res = res[:len(takes)]
-	var out outcome
-	rules, takes, out = h.takeRequest(ctx, pols, rules, takes, now, res)
+	var out decide.Outcome
+	rules, takes, out = h.decider.TakeRequest(ctx, pols, rules, takes, now, res)
 	switch out {
-	case unavailable:
+	case decide.Unavailable:
 		h.opts.Metrics.DecisionSeconds.Observe(h.opts.Clock.Since(now).Seconds())
 		sc.reset() // drop the key strings and rules
 		return decision{action: refuse, now: now}
-	case canceled:
+	case decide.Canceled:
 		sc.reset()
 		return decision{action: abandon, now: now}
 	}
 	var v verdict
-	if out == decided {
-		admitted := limiter.Admitted(takes, res)
+	if out == decide.Decided {
+		decide.Count(rules, takes, res)
 		for i, rule := range rules {
-			r := res[i]
-			switch {
-			case !admitted && (r.Allowed || rule.Shadow):
-				// Another rule denied the request: this one was not charged, and a shadow
-				// rule's would-be denial is counted only for an admitted request.
-				rule.Metrics.NotCharged.Inc()
-			case r.Allowed:
-				rule.Metrics.Allowed.Inc()
-			case rule.Shadow:
-				rule.Metrics.ShadowDenied.Inc()
-			default:
-				rule.Metrics.Denied.Inc()
-			}
-			v.add(rule, r)
+			v.add(rule, res[i])
 		}
 	}
 	sc.reset()
@@ -182,94 +154,6 @@ func (h *Handler) queue(delay time.Duration, gone <-chan struct{}) bool {
 		h.opts.Metrics.QueueAbandoned.Inc()
 		return false
 	}
-}
-
-// takeRequest decides takes (rules[i]'s take, of policy pols[i]) into res: through Redis when
-// the breaker allows, else by each policy's failure mode: Open rules are dropped (admitted
-// without a decision), a Closed rule makes the request unavailable, Local rules are decided
-// together with the local store and this pod's shares. It returns the rules and takes that
-// were decided (res holds their results, in order) and skipped when none was. A Redis error
-// never reaches the client except as Closed's 503.
-func (h *Handler) takeRequest(ctx context.Context, pols []*config.Policy, rules []*config.Rule, takes []limiter.Take, now time.Time, res []limiter.Result) ([]*config.Rule, []limiter.Take, outcome) {
-	if len(takes) == 0 {
-		return nil, nil, skipped
-	}
-	if h.opts.Remote == nil {
-		return h.takeLocal(ctx, rules, takes, now, res)
-	}
-	if h.opts.Breaker.Allow() {
-		err := h.remote(ctx, takes, now, res)
-		if err == nil {
-			h.opts.Breaker.Success()
-			return rules, takes, decided
-		}
-		if ctx.Err() != nil && !errors.Is(err, redisstore.ErrUnavailable) {
-			h.opts.Breaker.Release()
-			return nil, nil, canceled
-		}
-		if errors.Is(err, redisstore.ErrTimeout) {
-			h.opts.Metrics.RedisErrors.WithLabelValues("timeout").Inc()
-		} else {
-			h.opts.Metrics.RedisErrors.WithLabelValues("unavailable").Inc()
-		}
-		h.opts.Breaker.Failure()
-		if ctx.Err() != nil {
-			return nil, nil, canceled
-		}
-	}
-	// Without Redis: keep the Local policies' rules, in order, in place.
-	kept := 0
-	for i, rule := range rules {
-		p := pols[i]
-		switch p.FailureMode {
-		case policy.FailureOpen:
-			p.Fallback.Open.Inc()
-			continue
-		case policy.FailureClosed:
-			p.Fallback.Closed.Inc()
-			return nil, nil, unavailable
-		}
-		p.Fallback.Local.Inc()
-		rules[kept], takes[kept] = rule, takes[i]
-		kept++
-	}
-	if kept == 0 {
-		return nil, nil, skipped
-	}
-	return h.takeLocal(ctx, rules[:kept], takes[:kept], now, res[:kept])
-}
-
-// remote decides takes with Redis: a single take with Take (the store's cheapest path, the
-// same decision), several with one TakeRequest.
-func (h *Handler) remote(ctx context.Context, takes []limiter.Take, now time.Time, res []limiter.Result) error {
-	if len(takes) == 1 {
-		r, err := h.opts.Remote.Take(ctx, takes[0].Key, takes[0].Limit, takes[0].N, now)
-		res[0] = r
-		return err
-	}
-	_, err := h.opts.Remote.TakeRequest(ctx, takes, now, res)
-	return err
-}
-
-// takeLocal decides takes with the local store and this pod's share of each rule's limit. It
-// rewrites takes' limits and costs to the shares.
-func (h *Handler) takeLocal(ctx context.Context, rules []*config.Rule, takes []limiter.Take, now time.Time, res []limiter.Result) ([]*config.Rule, []limiter.Take, outcome) {
-	for i, rule := range rules {
-		takes[i].Limit = rule.Local
-		takes[i].N = rule.LocalCost(takes[i].N)
-	}
-	var err error
-	if len(takes) == 1 {
-		res[0], err = h.opts.Local.Take(ctx, takes[0].Key, takes[0].Limit, takes[0].N, now)
-	} else {
-		_, err = h.opts.Local.TakeRequest(ctx, takes, now, res)
-	}
-	if err != nil {
-		// Only an invalid limit or time can fail a memory Take; the configuration was
-		// validated, so this is a clock before 1970. Admit rather than fail the request.
-		return nil, nil, skipped
-	}
-	return rules, takes, decided
 }
 
 // reset drops what sc refers to, so that a pooled scratch keeps no key or configuration alive.

@@ -26,6 +26,7 @@ import (
 
 	"github.com/sluice-dev/sluice/sidecar/breaker"
 	"github.com/sluice-dev/sluice/sidecar/config"
+	"github.com/sluice-dev/sluice/sidecar/decide"
 	"github.com/sluice-dev/sluice/sidecar/keys"
 	"github.com/sluice-dev/sluice/sidecar/metrics"
 )
@@ -57,8 +58,9 @@ type Options struct {
 // Handler is the sidecar's request path: an http.Handler for h2c and a fasthttp handler
 // (Serve, through a Server) for HTTP/1.x. Safe for concurrent use.
 type Handler struct {
-	opts  Options
-	proxy *httputil.ReverseProxy
+	opts    Options
+	decider decide.Decider
+	proxy   *httputil.ReverseProxy
 	// grpc is proxy over h2c to the upstream, for gRPC calls arriving over h2c.
 	grpc *httputil.ReverseProxy
 	// fast forwards HTTP/1.x requests; upAddr is its host:port, dialled for upgrades.
@@ -107,6 +109,7 @@ func New(opts Options) *Handler {
 		opts.Transport = NewTransport()
 	}
 	h.opts = opts
+	h.decider = decide.Decider{Remote: opts.Remote, Breaker: opts.Breaker, Local: opts.Local, Metrics: opts.Metrics}
 	target := opts.Upstream
 	h.upAddr, h.upTLS = HostPort(target), target.Scheme == "https"
 	h.fast = newHostClient(h.upAddr, h.upTLS)
