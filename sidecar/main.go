@@ -28,8 +28,6 @@ import (
 
 	"github.com/sluice-dev/sluice/internal/inject"
 	"github.com/sluice-dev/sluice/internal/limiter"
-	"github.com/sluice-dev/sluice/internal/limiter/redisstore"
-	"github.com/sluice-dev/sluice/sidecar/breaker"
 	"github.com/sluice-dev/sluice/sidecar/cmdline"
 	"github.com/sluice-dev/sluice/sidecar/config"
 	"github.com/sluice-dev/sluice/sidecar/metrics"
@@ -82,33 +80,12 @@ func run() error {
 		Log:      log,
 	}
 	if o.RedisURL != "" {
-		rawURL, err := withPassword(o.RedisURL, o.RedisPassword)
+		store, brk, closeRedis, err := cmdline.OpenRedis(o, m, log)
 		if err != nil {
-			return fmt.Errorf("--%s: %w", inject.FlagRedisURL, err)
-		}
-		client, err := redisstore.NewClientFromURL(rawURL)
-		if err != nil {
-			return fmt.Errorf("--%s: %w", inject.FlagRedisURL, err)
-		}
-		defer func() { _ = client.Close() }()
-		ro := redisstore.Options{Timeout: o.RedisTimeout}
-		if err := ro.Validate(); err != nil {
 			return err
 		}
-		store := redisstore.New(client, ro)
-		// Runs before the client's Close above: the store's batcher stops first.
-		defer func() { _ = store.Close() }()
-		opts.Remote = store
-		opts.Breaker = breaker.New(breaker.Options{
-			Threshold: o.BreakerThreshold, Cooldown: o.BreakerCooldown, MaxCooldown: o.BreakerMaxCooldown,
-			OnTransition: func(from, to breaker.State, cd time.Duration) {
-				m.BreakerState.Set(float64(to))
-				m.BreakerTransitions.WithLabelValues(to.String()).Inc()
-				log.Warn("Redis circuit breaker changed state", "from", from.String(), "to", to.String(), "cooldown", cd)
-			},
-		})
-		log.Info("Deciding with Redis; failure modes apply while it is unreachable",
-			"redis", redactURL(o.RedisURL), "timeout", o.RedisTimeout, "breakerThreshold", o.BreakerThreshold, "breakerCooldown", o.BreakerCooldown)
+		defer closeRedis()
+		opts.Remote, opts.Breaker = store, brk
 	} else {
 		log.Warn("No --redis-url: every limit is decided in this pod with its share (limit / replicas), as in failure mode Local")
 	}
@@ -198,29 +175,4 @@ type redisLogger struct{ log *slog.Logger }
 
 func (l redisLogger) Printf(ctx context.Context, format string, v ...any) {
 	l.log.DebugContext(ctx, "go-redis: "+fmt.Sprintf(format, v...))
-}
-
-// withPassword returns rawURL with password set, unless password is empty or the URL already
-// has one.
-func withPassword(rawURL, password string) (string, error) {
-	if password == "" {
-		return rawURL, nil
-	}
-	u, err := url.Parse(rawURL)
-	if err != nil {
-		return "", errors.New("unparseable URL")
-	}
-	if _, has := u.User.Password(); has {
-		return rawURL, nil
-	}
-	u.User = url.UserPassword(u.User.Username(), password)
-	return u.String(), nil
-}
-
-func redactURL(s string) string {
-	u, err := url.Parse(s)
-	if err != nil {
-		return "(unparseable)"
-	}
-	return u.Redacted()
 }
