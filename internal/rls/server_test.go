@@ -218,7 +218,7 @@ func TestSemantics(t *testing.T) {
 	// Unmatched descriptors and other domains: OK and unlimited.
 	for _, resp := range []*rlsv3.RateLimitResponse{
 		s.ask(t, "edge", 0, desc(0, "generic_key", "other")),
-		s.ask(t, "edge", 0, desc(0, "generic_key", "api")), // per-ip needs two entries
+		s.ask(t, "edge", 0, desc(0, "generic_key", "api")),                               // per-ip needs two entries
 		s.ask(t, "edge", 0, desc(0, "remote_address", "10.0.0.1", "generic_key", "api")), // the order is the path
 		s.ask(t, "elsewhere", 0, checkout),
 	} {
