@@ -98,6 +98,11 @@ func main() {
 	if err := controller.Setup(mgr); err != nil {
 		fail(err, "Unable to set up controller")
 	}
+	if namespace != "" {
+		if err := controller.SetupRateLimitService(mgr, namespace); err != nil {
+			fail(err, "Unable to set up the RLS renderer")
+		}
+	}
 	if err := controller.RegisterMetrics(mgr); err != nil {
 		fail(err, "Unable to register the policy metrics")
 	}

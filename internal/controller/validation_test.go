@@ -189,10 +189,6 @@ var _ = Describe("RateLimitPolicy validation", func() {
 			domainOnly(p)
 			p.Spec.Rules[0].Match.Descriptors[1].Key = "generic_key"
 		}, "spec.rules[0].match.descriptors", "each descriptor key appears once"),
-		Entry("an empty descriptor list", func(p *v1alpha1.RateLimitPolicy) {
-			domainOnly(p)
-			p.Spec.Rules[0].Match.Descriptors = []v1alpha1.DescriptorMatch{}
-		}, "spec.rules[0].match.descriptors", "should have at least 1 items"),
 		Entry("a descriptor key with a space", func(p *v1alpha1.RateLimitPolicy) {
 			domainOnly(p)
 			p.Spec.Rules[0].Match.Descriptors[0].Key = "generic key"
