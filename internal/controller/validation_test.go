@@ -189,6 +189,10 @@ var _ = Describe("RateLimitPolicy validation", func() {
 			domainOnly(p)
 			p.Spec.Rules[0].Match.Descriptors[1].Key = "generic_key"
 		}, "spec.rules[0].match.descriptors", "each descriptor key appears once"),
+		Entry("a descriptor rule that queues", func(p *v1alpha1.RateLimitPolicy) {
+			domainOnly(p)
+			queue("1s")(p)
+		}, "spec.rules[0].leakyBucket.mode", "cannot queue"),
 		Entry("a descriptor key with a space", func(p *v1alpha1.RateLimitPolicy) {
 			domainOnly(p)
 			p.Spec.Rules[0].Match.Descriptors[0].Key = "generic key"

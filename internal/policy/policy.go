@@ -323,6 +323,9 @@ func (p Policy) Validate() error {
 		if r.Descriptor() && p.Domain == "" {
 			return fmt.Errorf("rule %s matches descriptors but the policy has no domain", r.Name)
 		}
+		if r.Descriptor() && r.LeakyMode == string(limiter.Queue) {
+			return fmt.Errorf("rule %s matches descriptors and queues, which Envoy's rate limit service cannot", r.Name)
+		}
 	}
 	return nil
 }
