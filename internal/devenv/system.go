@@ -32,6 +32,10 @@ import (
 // built sluice-sidecar for it.
 const SidecarImage = "sluice.local/sidecar:dev"
 
+// RLSNamespace is the manager's namespace for the RLS renderer: the RLS ConfigMap's (the
+// caller creates the namespace to use it).
+const RLSNamespace = "sluice-system"
+
 // RedisAddr is the address pods reach Redis at, like a Service address: a loopback address of
 // its own, so that rewriting a pod's own 127.0.0.1 to its pod address leaves it alone.
 const RedisAddr = "127.0.1.1"
@@ -158,6 +162,9 @@ func (s *System) startManager() error {
 		return err
 	}
 	if err := controller.Setup(mgr); err != nil {
+		return err
+	}
+	if err := controller.SetupRateLimitService(mgr, RLSNamespace); err != nil {
 		return err
 	}
 	if s.opts.MetricsAddr != "" {
