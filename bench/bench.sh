@@ -12,6 +12,8 @@
 #      Redis memory per limiter. bench/redis.sh, when present, runs too and its output is kept.
 #   3. Proxy path: bench/proxy.sh, wrk and a fixed-rate run against direct, nginx limit_req,
 #      and the sidecar with no policy, a never-denying Redis rule, and local mode.
+#   4. RLS server: bench/rlsbench, decisions/s and CPU per decision of ShouldRateLimit under
+#      closed-loop gRPC load, as a ratio to the sidecar's decision path in the same run.
 #
 # Installs wrk, nginx and redis via apt when missing. About 5 minutes on a quiet 2-CPU machine with
 # the defaults, 9 to 11 on a busy one.
@@ -115,4 +117,6 @@ echo "loadavg_end	$(cut -d' ' -f1-3 /proc/loadavg)" >> "$OUT/machine.tsv"
   echo "proxy	  wrk -t2 -c64 -d${PROXY_DURATION}s --latency URL; bench/loadgen -url URL -rate $RATE -duration ${PROXY_DURATION}s"
 } > "$OUT/commands.tsv"
 python3 bench/report.py results "$OUT" > bench/results.md
+echo "# 4/4 RLS server vs the sidecar's decision path" >&2
+go run ./bench/rlsbench -clients "${RLS_CLIENTS:-16}" -duration "${RLS_DURATION:-3s}" | tee "$OUT/rls.md" >> bench/results.md
 echo "# wrote bench/results.md" >&2
