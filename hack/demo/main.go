@@ -179,9 +179,6 @@ func run(ctx context.Context, once, verbose bool) error {
 // on the ConfigMap the controller renders for it, and asks it as Envoy would.
 func (d *demo) envoy(ctx context.Context) error {
 	step("kubectl apply -n %s -f config/samples/envoy.yaml: a policy for Envoy's domain edge", namespace)
-	if err := d.sys.Client.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: devenv.RLSNamespace}}); err != nil {
-		return err
-	}
 	fmt.Print(indent(d.kubectl("apply", "-n", namespace, "-f", filepath.Join(d.sys.Root, "config", "samples", "envoy.yaml"))))
 	file := filepath.Join(d.sys.Dir, "ratelimit", policy.DataKey)
 	if err := os.MkdirAll(filepath.Dir(file), 0o755); err != nil {

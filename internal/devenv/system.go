@@ -14,6 +14,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -32,8 +33,8 @@ import (
 // built sluice-sidecar for it.
 const SidecarImage = "sluice.local/sidecar:dev"
 
-// RLSNamespace is the manager's namespace for the RLS renderer: the RLS ConfigMap's (the
-// caller creates the namespace to use it).
+// RLSNamespace is the manager's namespace for the RLS renderer: the RLS ConfigMap's. Start
+// creates it.
 const RLSNamespace = "sluice-system"
 
 // RedisAddr is the address pods reach Redis at, like a Service address: a loopback address of
@@ -134,6 +135,10 @@ func Start(ctx context.Context, opts Options) (_ *System, err error) {
 	}
 	s.cleanups.add(s.Redis.Close)
 
+	// The manager's namespace, where the RLS renderer writes the RLS server's ConfigMap.
+	if err := s.Client.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: RLSNamespace}}); err != nil {
+		return nil, err
+	}
 	opts.Progress("Starting the manager (controller and webhook)")
 	if err := s.startManager(); err != nil {
 		return nil, err
