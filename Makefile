@@ -151,7 +151,7 @@ bench: benchstat ## Benchmark the limiter, the Redis store and the proxy path ag
 	BENCHSTAT=$(BENCHSTAT) bench/bench.sh
 
 .PHONY: chaos
-chaos: ## Kill, restart, pause and resume Redis under load through two sidecars; the per-phase table goes to bench/chaos.md.
+chaos: ## Kill, restart, pause and resume Redis under load through two sidecars, then the fault matrix (Sentinel and Cluster failover, slow Redis, a 1M-key flood); figures go to bench/chaos.md.
 	bench/chaos.sh
 
 ##@ Deployment

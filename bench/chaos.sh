@@ -4,16 +4,24 @@
 # --replicas 2, failure mode Local) while Redis is killed (SIGKILL), restarted, paused (SIGSTOP)
 # and resumed (SIGCONT), and writes the per-phase table to bench/chaos.md.
 #
-# Loopback only; about a minute with the defaults. Everything started is stopped on exit (the
-# driver takes its children down with it).
+# Then the fault matrix of issue 15 (sidecar/faults_test.go: Sentinel failover, Redis Cluster
+# failover, slow Redis, key flood), whose tests write their figures into the same report; the
+# key flood sends FLOOD_KEYS distinct keys (1,000,000) with --local-max-keys FLOOD_MAX_KEYS.
 #
-# Usage: bench/chaos.sh  (CHAOS_RATE=800 CHAOS_PHASE=10s OUT=bench/out REPORT=bench/chaos.md)
+# Loopback only; about a minute for the outage table, two for the fault matrix, and the key
+# flood at a few thousand keys per second (about ten minutes for a million on 2 loaded cores).
+# Everything started is stopped on exit (the driver and the tests take their children down).
+#
+# Usage: bench/chaos.sh  (CHAOS_RATE=800 CHAOS_PHASE=10s FLOOD_KEYS=1000000 FLOOD_MAX_KEYS=100000
+#                         OUT=bench/out REPORT=bench/chaos.md)
 set -euo pipefail
 
 CHAOS_RATE=${CHAOS_RATE:-800}
 CHAOS_PHASE=${CHAOS_PHASE:-10s}
 OUT=${OUT:-bench/out}
 REPORT=${REPORT:-bench/chaos.md}
+FLOOD_KEYS=${FLOOD_KEYS:-1000000}
+FLOOD_MAX_KEYS=${FLOOD_MAX_KEYS:-100000}
 
 cd "$(dirname "$0")/.."
 for bin in go redis-server; do
@@ -41,6 +49,15 @@ DRIVER=$!
 wait "$DRIVER"
 DRIVER=""
 
+FAULTS_CMD="SLUICE_FLOOD_KEYS=$FLOOD_KEYS SLUICE_FLOOD_MAX_KEYS=$FLOOD_MAX_KEYS go test ./sidecar/ -run 'TestFault' -count=1 -v -timeout 60m"
+LOAD_AT_FAULTS=$(cut -d' ' -f1-3 /proc/loadavg)
+SLUICE_FAULTS_REPORT="$WORK/faults.md" SLUICE_FLOOD_KEYS=$FLOOD_KEYS SLUICE_FLOOD_MAX_KEYS=$FLOOD_MAX_KEYS \
+  go test ./sidecar/ -run 'TestFault' -count=1 -v -timeout 60m > "$OUT/chaos/faults.log" 2>&1 || {
+  echo "fault matrix failed; see $OUT/chaos/faults.log" >&2
+  tail -50 "$OUT/chaos/faults.log" >&2
+  exit 1
+}
+
 {
   echo "# Redis outage under load: two sidecars, one shared limit, failure mode Local"
   echo
@@ -60,6 +77,13 @@ DRIVER=""
   echo
   cat "$WORK/table.md"
   echo
+  echo "## Fault matrix (issue 15)"
+  echo
+  echo "Command: \`$FAULTS_CMD\` (the same tests run in \`make test\` with 20,000 flood keys); load average at its start $LOAD_AT_FAULTS."
+  echo "Each test starts its own redis-server processes (sentinels, a cluster) and the sidecar binary on loopback and asserts 0 failed requests;"
+  echo "times are measured from the fault to the sidecar's breaker transitions (its log) and to its last local decision (sluice_fallback_decisions_total, sampled every 20 ms)."
+  echo
+  cat "$WORK/faults.md"
   echo "Raw logs of the last run: bench/out/chaos/ (not committed)."
 } > "$REPORT"
 cat "$REPORT"

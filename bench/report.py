@@ -206,6 +206,11 @@ def section_store(out):
                   "the previous commit's store, built from the same bench/rediscpu source.", ""]
         lines += open(cpu).read().rstrip("\n").split("\n")
         lines.append("")
+    leased = os.path.join(out, "lease.md")
+    if os.path.exists(leased):
+        lines += ["### Leased limits (bench/lease.sh, issue 14)", ""]
+        lines += open(leased).read().rstrip("\n").split("\n")
+        lines.append("")
     extra = os.path.join(out, "redis-sh.txt")
     if os.path.exists(extra):
         lines += ["Output of bench/redis.sh (the store's own Redis benchmark, run as found in the tree):", "", "```"]
@@ -306,6 +311,10 @@ def results(out):
         "killed, restarted, paused and resumed.",
         "",
     ]
+    # Sections a benchmark writes whole, in the order of their file names.
+    for name in sorted(os.listdir(out)):
+        if name.startswith("section-") and name.endswith(".md"):
+            lines += open(os.path.join(out, name)).read().rstrip("\n").split("\n") + [""]
     sys.stdout.write("\n".join(lines))
 
 

@@ -35,6 +35,7 @@ func TestSidecarKnowsNothingOfTheAPIServer(t *testing.T) {
 	allowed := map[string]bool{
 		module + "internal/policy": true, module + "internal/inject": true,
 		module + "internal/limiter": true, module + "internal/limiter/redisstore": true,
+		module + "internal/limiter/lease": true, // the leasing engine, pure limiter code
 	}
 	for _, line := range strings.Split(strings.TrimSpace(string(out)), "\n") {
 		fields := strings.Fields(line)
@@ -43,8 +44,20 @@ func TestSidecarKnowsNothingOfTheAPIServer(t *testing.T) {
 			// project's test utilities too.
 			testSupport := fields[0] == module+"sidecar/internal/sidecartest" && strings.HasPrefix(imp, module+"internal/testutil/")
 			if strings.HasPrefix(imp, module) && !strings.HasPrefix(imp, module+"sidecar/") && !allowed[imp] && !testSupport {
-				t.Errorf("%s imports %s; the sidecar may import policy, inject, limiter and redisstore", fields[0], imp)
+				t.Errorf("%s imports %s; the sidecar may import policy, inject, limiter, lease and redisstore", fields[0], imp)
 			}
 		}
+	}
+}
+
+// TestSidecarCarriesTimeZones: calendar rules name IANA zones, and the image
+// (distroless/static) is not trusted to hold a time-zone database.
+func TestSidecarCarriesTimeZones(t *testing.T) {
+	out, err := exec.Command("go", "list", "-deps", ".").Output()
+	if err != nil {
+		t.Fatalf("go list -deps: %v", err)
+	}
+	if !strings.Contains(" "+strings.ReplaceAll(string(out), "\n", " "), " time/tzdata ") {
+		t.Fatal("the sidecar binary does not embed time/tzdata")
 	}
 }

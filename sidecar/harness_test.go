@@ -81,7 +81,6 @@ func (s *sidecar) URL() string { return "http://" + s.Addr }
 // flag, for instance) fails the test with its output.
 func startSidecar(t testing.TB, upstream string, extra ...string) *sidecar {
 	t.Helper()
-	bin := sidecarBinary(t)
 	redis := redisserver.StartTest(t)
 	dir := t.TempDir()
 	cfg := filepath.Join(dir, "policies.json")
@@ -89,6 +88,14 @@ func startSidecar(t testing.TB, upstream string, extra ...string) *sidecar {
 	if err := os.WriteFile(cfg, doc, 0o600); err != nil {
 		t.Fatal(err)
 	}
+	return launchSidecar(t, upstream, cfg, append([]string{"--redis-url", redis.URL(), "--log-level", "debug"}, extra...)...)
+}
+
+// launchSidecar starts the binary in front of upstream with the policies file cfg, labels
+// app=behaviour and the flags extra, and waits for /readyz, as startSidecar does.
+func launchSidecar(t testing.TB, upstream, cfg string, extra ...string) *sidecar {
+	t.Helper()
+	bin := sidecarBinary(t)
 	s := &sidecar{Addr: freeLoopback(t), Admin: freeLoopback(t), logs: &lockedBuffer{}}
 	args := append([]string{
 		"--listen", s.Addr,
@@ -97,8 +104,6 @@ func startSidecar(t testing.TB, upstream string, extra ...string) *sidecar {
 		"--config", cfg,
 		"--pod-labels-file", "",
 		"--pod-labels", "app=behaviour",
-		"--redis-url", redis.URL(),
-		"--log-level", "debug",
 	}, extra...)
 	s.cmd = exec.Command(bin, args...)
 	s.cmd.Stdout, s.cmd.Stderr = s.logs, s.logs

@@ -9,6 +9,10 @@
 package main
 
 import (
+	// Calendar rules name IANA time zones; the images are distroless/static, so the binary
+	// carries its own copy of the database rather than trust the image to.
+	_ "time/tzdata"
+
 	"context"
 	"errors"
 	"flag"
@@ -28,6 +32,8 @@ import (
 
 	"github.com/sluice-dev/sluice/internal/inject"
 	"github.com/sluice-dev/sluice/internal/limiter"
+	"github.com/sluice-dev/sluice/internal/limiter/lease"
+	"github.com/sluice-dev/sluice/sidecar/breaker"
 	"github.com/sluice-dev/sluice/sidecar/cmdline"
 	"github.com/sluice-dev/sluice/sidecar/config"
 	"github.com/sluice-dev/sluice/sidecar/metrics"
@@ -72,6 +78,8 @@ func run() error {
 	loader.Recheck = o.ReloadInterval
 	loader.PodName = o.PodName
 
+	// handler is set once made: the breakers' transitions read its worst state.
+	var handler atomic.Pointer[proxy.Handler]
 	opts := proxy.Options{
 		Upstream: target,
 		Config:   loader.Current,
@@ -80,21 +88,40 @@ func run() error {
 		Log:      log,
 	}
 	if o.RedisURL != "" {
-		store, brk, closeRedis, err := cmdline.OpenRedis(o, m, log)
+		r, err := cmdline.OpenRedis(o, m, log, func() breaker.State {
+			if h := handler.Load(); h != nil {
+				return h.BreakerState()
+			}
+			return breaker.Closed
+		})
 		if err != nil {
 			return err
 		}
-		defer closeRedis()
-		opts.Remote, opts.Breaker = store, brk
+		defer r.Close()
+		opts.Remote = r.Store
+		opts.Leases = lease.New(r.Store, lease.Options{})
+		leases := opts.Leases
+		m.RegisterLeases(func() metrics.LeaseStats {
+			s := leases.Stats()
+			return metrics.LeaseStats{Decisions: s.Decisions, StoreCalls: s.StoreCalls, Leases: s.Leases, UnitsReturned: s.UnitsReturned}
+		})
+		// What the local share admits while Redis is unreachable is charged to Redis when it
+		// is back, for at most as many keys as the local store holds.
+		opts.BacklogMaxKeys = o.LocalMaxKeys
+		opts.Breaker, opts.MasterBreaker = r.Breaker, r.MasterBreaker
 	} else {
 		log.Warn("No --redis-url: every limit is decided in this pod with its share (limit / replicas), as in failure mode Local")
 	}
-	handler := proxy.New(opts)
+	h := proxy.New(opts)
+	handler.Store(h)
 
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
 	defer stop()
 	go func() { _ = loader.Run(ctx) }()
 	go sweep(ctx, clock.RealClock{}, opts.Local.(*limiter.MemoryStore))
+	if opts.Leases != nil {
+		go sweepLeases(ctx, clock.RealClock{}, opts.Leases)
+	}
 
 	var draining atomic.Bool
 	ready := func() error {
@@ -118,7 +145,7 @@ func run() error {
 	if o.ReadHeaderTimeout <= 0 || o.IdleTimeout <= 0 {
 		return fmt.Errorf("--%s and --%s must be positive", inject.FlagReadHeaderTimeout, inject.FlagIdleTimeout)
 	}
-	srv := proxy.NewServer(handler, proxy.ServerOptions{
+	srv := proxy.NewServer(h, proxy.ServerOptions{
 		MaxHeaderBytes:    o.MaxHeaderBytes,
 		ReadHeaderTimeout: o.ReadHeaderTimeout,
 		IdleTimeout:       o.IdleTimeout,
@@ -151,6 +178,13 @@ func run() error {
 	defer cancel()
 	err = srv.Shutdown(sctx)
 	_ = admin.Shutdown(sctx)
+	if opts.Leases != nil {
+		// Give the leases' unused units back to the fleet (before the store closes).
+		rctx, rcancel := context.WithTimeout(context.Background(), time.Second)
+		opts.Leases.ReturnAll(rctx)
+		rcancel()
+		log.Info("Returned unused leased units", "unitsReturned", opts.Leases.Stats().UnitsReturned)
+	}
 	if err != nil {
 		return fmt.Errorf("draining: %w", err)
 	}
@@ -167,6 +201,23 @@ func sweep(ctx context.Context, clk clock.WithTicker, m *limiter.MemoryStore) {
 			return
 		case now := <-t.C():
 			m.Sweep(now)
+		}
+	}
+}
+
+// leaseSweep is how often the sidecar ends expired leases and gives back their unused units:
+// a lease's units return at most this long after it ends (or at its key's next request).
+const leaseSweep = 20 * time.Millisecond
+
+func sweepLeases(ctx context.Context, clk clock.WithTicker, e *lease.Engine) {
+	t := clk.NewTicker(leaseSweep)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case now := <-t.C():
+			e.Sweep(ctx, now)
 		}
 	}
 }

@@ -2,6 +2,7 @@ package v1alpha1
 
 import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/intstr"
 )
 
 // Algorithm is the rate-limiting algorithm of a rule.
@@ -88,6 +89,11 @@ type Window string
 // +kubebuilder:validation:XValidation:rule="self.matches('^([0-9]+(ms|s|m|h))+$') && duration(self) <= duration('24h')",message="must be a duration in whole milliseconds from 0s to 24h, such as 0s, 250ms or 2s"
 type Delay string
 
+// LeaseAge is a duration in whole milliseconds between 1ms and 10s, written as a Go duration.
+// +kubebuilder:validation:MaxLength=32
+// +kubebuilder:validation:XValidation:rule="self.matches('^([0-9]+(ms|s|m|h))+$') && duration(self) >= duration('1ms') && duration(self) <= duration('10s')",message="must be a duration in whole milliseconds from 1ms to 10s, such as 10ms, 100ms or 1s"
+type LeaseAge string
+
 // DescriptorKey is the key of an Envoy rate limit descriptor entry, e.g. generic_key,
 // remote_address, header_match or a custom descriptor_key.
 // +kubebuilder:validation:MinLength=1
@@ -172,6 +178,13 @@ type ResponseSpec struct {
 // +kubebuilder:validation:XValidation:rule="(has(self.match) && has(self.match.descriptors)) ? self.key.all(k, has(k.descriptor) && self.match.descriptors.exists(d, d.key == k.descriptor.key)) : self.key.all(k, !has(k.descriptor))",message="a rule that matches descriptors keys only on descriptor entries it matches (key[].descriptor.key among match.descriptors[].key); an HTTP rule cannot key on descriptors",fieldPath=".key"
 // +kubebuilder:validation:XValidation:rule="!has(self.match) || !has(self.match.descriptors) || (!has(self.costHeader) && !has(self.match.pathPrefix) && !has(self.match.methods) && !has(self.match.headers))",message="a rule that matches descriptors cannot match or cost on HTTP fields (pathPrefix, methods, headers, costHeader): Envoy sends only descriptors; use hits_addend for the cost",fieldPath=".match"
 // +kubebuilder:validation:XValidation:rule="!has(self.match) || !has(self.match.descriptors) || !has(self.leakyBucket) || !has(self.leakyBucket.mode) || self.leakyBucket.mode != 'Queue'",message="a rule that matches descriptors cannot queue: Envoy's rate limit service has no delay; use leakyBucket.mode Meter",fieldPath=".leakyBucket.mode"
+// +kubebuilder:validation:XValidation:rule="!has(self.lease) || self.algorithm != 'SlidingWindowLog'",message="lease does not apply to SlidingWindowLog: it promises at most limit in every sliding window, and units spent up to maxAge after they were issued would break that promise (up to twice the limit in one window); use SlidingWindowCounter or TokenBucket",fieldPath=".lease"
+// +kubebuilder:validation:XValidation:rule="!has(self.lease) || !has(self.leakyBucket) || !has(self.leakyBucket.mode) || self.leakyBucket.mode != 'Queue'",message="lease does not apply to LeakyBucket mode Queue: a queued request's delay is decided from the bucket's level when it arrives, which a unit leased earlier cannot know; use mode Meter",fieldPath=".lease"
+// +kubebuilder:validation:XValidation:rule="!has(self.lease) || !has(self.lease.maxUnits) || self.lease.maxUnits <= (has(self.burst) ? self.burst : self.limit)",message="lease.maxUnits must not exceed burst (or limit when burst is unset): the shared limit never holds more units at once",fieldPath=".lease.maxUnits"
+// +kubebuilder:validation:XValidation:rule="!has(self.lease) || (!has(self.calendar) && !has(self.countWhen))",message="lease does not apply with calendar or countWhen: a calendar quota is decided in its store, and countWhen charges after the response, which a unit leased in advance cannot wait for",fieldPath=".lease"
+// +kubebuilder:validation:XValidation:rule="has(self.window) != has(self.calendar)",message="set exactly one of window and calendar"
+// +kubebuilder:validation:XValidation:rule="!has(self.calendar) || self.algorithm == 'FixedWindow'",message="calendar applies only to algorithm FixedWindow",fieldPath=".calendar"
+// +kubebuilder:validation:XValidation:rule="!has(self.countWhen) || self.algorithm in ['FixedWindow', 'TokenBucket']",message="countWhen applies only to FixedWindow and TokenBucket, the algorithms that take a charge after the response",fieldPath=".countWhen"
 type Rule struct {
 	// name identifies the rule in metrics, logs and the 429 body; unique within the policy.
 	// A DNS label: lower-case letters, digits and '-', at most 63 characters.
@@ -208,9 +221,15 @@ type Rule struct {
 	Limit int64 `json:"limit"`
 
 	// window is the period limit applies to, a Go duration in whole milliseconds from 1ms to
-	// 24h (e.g. 1s, 1m, 1h).
-	// +required
-	Window Window `json:"window"`
+	// 24h (e.g. 1s, 1m, 1h). Exactly one of window and calendar is set.
+	// +optional
+	Window Window `json:"window,omitempty"`
+
+	// calendar makes a FixedWindow count per calendar day, ISO week or month of a time zone,
+	// each beginning at local midnight (months have their real lengths, DST days 23 or 25
+	// hours), instead of per window. Only for FixedWindow; exactly one of window and calendar.
+	// +optional
+	Calendar *CalendarSpec `json:"calendar,omitempty"`
 
 	// burst is the bucket capacity of TokenBucket and LeakyBucket, 1 to 100000000; limit by
 	// default. Only for those two algorithms.
@@ -235,11 +254,82 @@ type Rule struct {
 	// +optional
 	CostHeader HeaderName `json:"costHeader,omitempty"`
 
+	// countWhen counts a request only when its response matches: the request is admitted when
+	// the counter has room (a check), and charged after the response only if its status is
+	// listed, e.g. {statusCodes: [401, 403]} to count failed logins. Only for FixedWindow and
+	// TokenBucket. Concurrent requests of one key can pass the limit by at most their number.
+	// +optional
+	CountWhen *CountWhen `json:"countWhen,omitempty"`
+
 	// mode is Enforce (the default: reject over the limit) or Shadow (count and report in
 	// metrics and headers, never reject), for trying a limit on live traffic.
 	// +optional
 	// +kubebuilder:default=Enforce
 	Mode RuleMode `json:"mode,omitempty"`
+
+	// lease lets each sidecar take units of this rule's shared limit from Redis in advance,
+	// spend them locally and give back what it has not used when the lease ends: far fewer
+	// Redis calls for a hot key, at the price of a stated excess (see the README's algorithm
+	// section). Absent: every decision is made in Redis. Not for SlidingWindowLog or
+	// LeakyBucket mode Queue.
+	// +optional
+	Lease *LeaseSpec `json:"lease,omitempty"`
+}
+
+// LeaseSpec configures leased decisions for a rule.
+type LeaseSpec struct {
+	// maxAge is how long leased units stay usable, 1ms to 10s in whole milliseconds: the
+	// bound's A. Over any interval of length T the rule admits at most what the exact rule
+	// could admit over T + maxAge.
+	// +required
+	MaxAge LeaseAge `json:"maxAge"`
+
+	// maxUnits caps one lease, 1 to 100000000, at most burst (or limit); by default the
+	// rule's rate times maxAge (at least 1). Each pod holds at most this many units unused.
+	// +optional
+	// +kubebuilder:validation:Minimum=1
+	// +kubebuilder:validation:Maximum=100000000
+	MaxUnits *int64 `json:"maxUnits,omitempty"`
+}
+
+// CountWhen selects the responses whose requests count.
+type CountWhen struct {
+	// statusCodes lists the response statuses that count: codes (401) or inclusive ranges
+	// ("400-499"), 100 to 599. The controller checks the codes and ranges (a CEL rule on
+	// these int-or-string items exceeds the API server's cost budget) and rejects a policy
+	// with a malformed one (Accepted=False naming the entry).
+	// +required
+	// +kubebuilder:validation:MinItems=1
+	// +kubebuilder:validation:MaxItems=16
+	StatusCodes []intstr.IntOrString `json:"statusCodes"`
+}
+
+// CalendarPeriod is the length of a calendar window.
+// +kubebuilder:validation:Enum=Day;Week;Month
+type CalendarPeriod string
+
+// The calendar periods.
+const (
+	Day   CalendarPeriod = "Day"
+	Week  CalendarPeriod = "Week"
+	Month CalendarPeriod = "Month"
+)
+
+// CalendarSpec is a calendar window: a period of a time zone.
+type CalendarSpec struct {
+	// period is Day, Week (an ISO week, from Monday) or Month.
+	// +required
+	Period CalendarPeriod `json:"period"`
+
+	// timeZone is the IANA time zone whose local midnight begins each window, such as
+	// Europe/Berlin; UTC by default. The controller rejects a zone its time-zone database
+	// does not know.
+	// +optional
+	// +kubebuilder:default=UTC
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=64
+	// +kubebuilder:validation:XValidation:rule="self.matches('^[A-Za-z][-A-Za-z0-9_+]*(/[A-Za-z0-9][-A-Za-z0-9_+]*)*$') && self != 'Local'",message="must be an IANA time zone name such as UTC, Europe/Berlin or America/New_York"
+	TimeZone string `json:"timeZone,omitempty"`
 }
 
 // LeakyBucketSpec configures algorithm LeakyBucket.

@@ -98,8 +98,8 @@ func run(clients int, d time.Duration) error {
 		return err
 	}
 	log := slog.New(slog.NewJSONHandler(io.Discard, nil))
-	newDecider := func(m *metrics.Metrics) *decide.Decider {
-		return &decide.Decider{Remote: store, Breaker: breaker.New(breaker.Options{}), Local: limiter.NewMemoryStore(limiter.MemoryStoreOptions{}), Metrics: m}
+	newDecider := func(m *metrics.Metrics) decide.Options {
+		return decide.Options{Remote: store, Breaker: breaker.New(breaker.Options{}), Local: limiter.NewMemoryStore(limiter.MemoryStoreOptions{}), Metrics: m}
 	}
 
 	// The sidecar: its handler and server in front of a stub application.
@@ -136,7 +136,7 @@ func run(clients int, d time.Duration) error {
 		return err
 	}
 	gs := grpc.NewServer()
-	rlsv3.RegisterRateLimitServiceServer(gs, rls.New(rls.Options{Config: rl.Current, Decider: newDecider(rm), Metrics: rm}))
+	rlsv3.RegisterRateLimitServiceServer(gs, rls.New(rls.Options{Config: rl.Current, Decider: decide.New(newDecider(rm)), Metrics: rm}))
 	gln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		return err

@@ -3,17 +3,21 @@
 package main
 
 import (
+	// Calendar rules name IANA time zones; the images are distroless/static, so the binary
+	// carries its own copy of the database rather than trust the image to.
+	_ "time/tzdata"
+
 	"flag"
 	"fmt"
 	"os"
 	"strings"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/healthz"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
-	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 	ctrlwebhook "sigs.k8s.io/controller-runtime/pkg/webhook"
 
 	"github.com/sluice-dev/sluice/internal/controller"
@@ -30,12 +34,18 @@ func main() {
 		redisPasswordSecret, redisPasswordKey            string
 		cpuRequest, cpuLimit, memoryRequest, memoryLimit string
 		cfg                                              webhook.Config
+		renderInterval                                   time.Duration
+		metricsSecure                                    bool
+		metricsCertDir                                   string
 	)
-	flag.StringVar(&metricsAddr, "metrics-bind-address", ":8080", "Address the metrics endpoint binds to; \"0\" disables it.")
+	flag.StringVar(&metricsAddr, "metrics-bind-address", controller.DefaultMetricsAddr, "Address the metrics endpoint binds to; \"0\" disables it.")
+	flag.BoolVar(&metricsSecure, "metrics-secure", true, "Serve metrics over HTTPS to callers the API server authenticates and authorizes for GET /metrics (ClusterRole metrics-reader); false serves plain HTTP to anyone.")
+	flag.StringVar(&metricsCertDir, "metrics-cert-dir", "", "Directory holding tls.crt and tls.key for the metrics endpoint; empty uses a self-signed certificate.")
 	flag.StringVar(&probeAddr, "health-probe-bind-address", ":8081", "Address the /healthz and /readyz probes bind to.")
 	flag.BoolVar(&leaderElect, "leader-elect", false, "Elect a leader so that only one replica reconciles at a time.")
 	flag.StringVar(&namespace, "namespace", os.Getenv("POD_NAMESPACE"), "The manager's namespace (default $POD_NAMESPACE): never injected; holds the webhook Service and certificate Secret.")
 
+	flag.DurationVar(&renderInterval, "render-interval", controller.DefaultRenderInterval, "Least time between two content changes of one namespace's ConfigMap: changes within it (pod churn) are coalesced and the newest written when it ends; 0 writes each at once.")
 	flag.BoolVar(&webhookEnabled, "webhook", true, "Serve the sidecar injection webhook.")
 	flag.IntVar(&webhookPort, "webhook-port", 9443, "Port the webhook server listens on.")
 	flag.StringVar(&certDir, "webhook-cert-dir", "/tmp/k8s-webhook-server/serving-certs", "Directory holding the webhook server's tls.crt and tls.key.")
@@ -50,6 +60,7 @@ func main() {
 	flag.StringVar(&redisPasswordSecret, "sidecar-redis-password-secret", "", "Secret, in each injected pod's namespace, holding the Redis password (injected as $"+inject.EnvRedisPassword+").")
 	flag.StringVar(&redisPasswordKey, "sidecar-redis-password-key", "password", "Key of --sidecar-redis-password-secret.")
 	flag.DurationVar(&cfg.RedisTimeout, "sidecar-redis-timeout", 0, "Bound on each Redis call of the sidecars (--"+inject.FlagRedisTimeout+"); 0 keeps the sidecar's default.")
+	flag.DurationVar(&cfg.RedisIdleTimeout, "sidecar-redis-idle-timeout", 0, "How long a sidecar's unused Redis connection stays open (--"+inject.FlagRedisIdleTimeout+"); 0 keeps the sidecar's default.")
 	def := webhook.DefaultResources()
 	flag.StringVar(&cpuRequest, "sidecar-cpu-request", quantity(def.Requests, corev1.ResourceCPU), "Sidecar CPU request; \"\" for none.")
 	flag.StringVar(&cpuLimit, "sidecar-cpu-limit", quantity(def.Limits, corev1.ResourceCPU), "Sidecar CPU limit; \"\" for none.")
@@ -86,7 +97,7 @@ func main() {
 	mgr, err := ctrl.NewManager(ctrl.GetConfigOrDie(), ctrl.Options{
 		Scheme:                 controller.NewScheme(),
 		Cache:                  controller.CacheOptions(),
-		Metrics:                metricsserver.Options{BindAddress: metricsAddr},
+		Metrics:                controller.MetricsOptions(metricsAddr, metricsSecure, metricsCertDir),
 		HealthProbeBindAddress: probeAddr,
 		LeaderElection:         leaderElect,
 		LeaderElectionID:       "sluice-manager.sluice.dev",
@@ -95,7 +106,7 @@ func main() {
 	if err != nil {
 		fail(err, "Unable to create manager")
 	}
-	if err := controller.Setup(mgr); err != nil {
+	if err := controller.Setup(mgr, controller.Options{RenderInterval: renderInterval}); err != nil {
 		fail(err, "Unable to set up controller")
 	}
 	if namespace != "" {

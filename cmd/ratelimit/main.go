@@ -32,6 +32,7 @@ import (
 	"github.com/sluice-dev/sluice/internal/inject"
 	"github.com/sluice-dev/sluice/internal/limiter"
 	"github.com/sluice-dev/sluice/internal/rls"
+	"github.com/sluice-dev/sluice/sidecar/breaker"
 	"github.com/sluice-dev/sluice/sidecar/cmdline"
 	"github.com/sluice-dev/sluice/sidecar/config"
 	"github.com/sluice-dev/sluice/sidecar/decide"
@@ -63,17 +64,30 @@ func run() error {
 	loader.PodName = o.PodName
 
 	local := limiter.NewMemoryStore(limiter.MemoryStoreOptions{MaxKeys: o.LocalMaxKeys})
-	d := &decide.Decider{Local: local, Metrics: m}
+	do := decide.Options{Local: local, Metrics: m, Log: log}
+	// decider is set once made: the breakers' transitions read its worst state.
+	var decider atomic.Pointer[decide.Decider]
 	if o.RedisURL != "" {
-		store, brk, closeRedis, err := cmdline.OpenRedis(&o.Options, m, log)
+		r, err := cmdline.OpenRedis(&o.Options, m, log, func() breaker.State {
+			if d := decider.Load(); d != nil {
+				return d.BreakerState()
+			}
+			return breaker.Closed
+		})
 		if err != nil {
 			return err
 		}
-		defer closeRedis()
-		d.Remote, d.Breaker = store, brk
+		defer r.Close()
+		do.Remote, do.Breaker, do.MasterBreaker = r.Store, r.Breaker, r.MasterBreaker
+		// What the local share admits while Redis is unreachable is charged to Redis when it
+		// is back, for at most as many keys as the local store holds.
+		do.BacklogMaxKeys = o.LocalMaxKeys
 	} else {
 		log.Warn("No --redis-url: every limit is decided in this replica with its share, as in failure mode Local")
 	}
+
+	d := decide.New(do)
+	decider.Store(d)
 
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
 	defer stop()

@@ -3,6 +3,10 @@
 package main
 
 import (
+	// Calendar rules name IANA time zones; the images are distroless/static, so the binary
+	// carries its own copy of the database rather than trust the image to.
+	_ "time/tzdata"
+
 	"fmt"
 	"io"
 	"os"
@@ -15,6 +19,7 @@ commands:
   simulate   replay arrivals (ms since the epoch, one per line) through a limiter
              (simulate rules: requests against several rules, decided as one unit)
   status     what the sidecars of a namespace decide now, per policy and rule (via the API server)
+  quota      get or reset one key's counter of a rule in Redis (remaining, reset time, debt)
 `
 
 func main() {
@@ -35,6 +40,8 @@ func run(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 		return runSimulate(args[1:], stdin, stdout, stderr)
 	case "status":
 		return runStatus(args[1:], stdout, stderr)
+	case "quota":
+		return runQuota(args[1:], stdout, stderr)
 	case "help", "-h", "--help":
 		fmt.Fprint(stdout, usage)
 		return 0

@@ -50,3 +50,65 @@ func TestSimulateRules(t *testing.T) {
 		})
 	}
 }
+
+// TestSimulateCalendar replays arrivals across the end of January in Europe/Berlin (local
+// midnight is 23:00 UTC) through a calendar FixedWindow, with `simulate` and `simulate rules`,
+// on the memory store and on a real redis-server.
+func TestSimulateCalendar(t *testing.T) {
+	const feb1 = 1769900400000 // 2026-02-01T00:00:00+01:00
+	var trace, rulesTrace strings.Builder
+	for _, at := range []int64{feb1 - 3_600_000, feb1 - 1000, feb1 - 1, feb1} {
+		fmt.Fprintf(&trace, "%d\n", at)
+		fmt.Fprintf(&rulesTrace, "%d plan=k\n", at)
+	}
+	want := fmt.Sprintf("%d allow\n%d allow\n%d deny\n%d allow\nallowed=3 denied=1\n", feb1-3_600_000, feb1-1000, feb1-1, feb1)
+	wantRules := fmt.Sprintf("%d allow charged=plan\n%d allow charged=plan\n%d deny by=plan charged=-\n%d allow charged=plan\nallowed=3 denied=1\n",
+		feb1-3_600_000, feb1-1000, feb1-1, feb1)
+	redis := redisserver.StartTest(t)
+	for _, store := range [][]string{{"--store", "memory"}, {"--store", "redis", "--redis-url", redis.URL()}} {
+		t.Run(store[1], func(t *testing.T) {
+			for _, tc := range []struct{ args, input, want string }{
+				{"simulate --algorithm FixedWindow --limit 2 --calendar Month@Europe/Berlin", trace.String(), want},
+				{"simulate rules --rule plan=FixedWindow,2,Month@Europe/Berlin", rulesTrace.String(), wantRules},
+			} {
+				var stdout, stderr bytes.Buffer
+				if code := run(append(strings.Fields(tc.args), store...), strings.NewReader(tc.input), &stdout, &stderr); code != 0 || stderr.Len() > 0 {
+					t.Fatalf("%s: exit %d, stderr %q", tc.args, code, stderr.String())
+				}
+				if got := stdout.String(); got != tc.want {
+					t.Errorf("%s: output:\n%s\nwant:\n%s", tc.args, got, tc.want)
+				}
+			}
+		})
+	}
+	var stdout, stderr bytes.Buffer
+	if code := run(strings.Fields("simulate --algorithm FixedWindow --limit 2 --calendar Month@Europe/Nowhere"), strings.NewReader(""), &stdout, &stderr); code != 2 ||
+		!strings.Contains(stderr.String(), "Europe/Nowhere") {
+		t.Errorf("unknown zone: exit %d, stderr %q", code, stderr.String())
+	}
+}
+
+// TestSimulateCountWhen replays failed and successful logins through a rule that counts only
+// failures (status= on the trace line), on the memory store and on a real redis-server.
+func TestSimulateCountWhen(t *testing.T) {
+	var trace strings.Builder
+	statuses := []int{200, 200, 401, 200, 403, 200, 200}
+	for i, s := range statuses {
+		fmt.Fprintf(&trace, "%d login=10.0.0.1 status=%d\n", t0+int64(i), s)
+	}
+	want := decisions(0, "allow charged=-", 1, "allow charged=-", 2, "allow charged=login", 3, "allow charged=-",
+		4, "allow charged=login", 5, "deny by=login charged=-", 6, "deny by=login charged=-") + "allowed=5 denied=2\n"
+	redis := redisserver.StartTest(t)
+	for _, store := range [][]string{{"--store", "memory"}, {"--store", "redis", "--redis-url", redis.URL()}} {
+		t.Run(store[1], func(t *testing.T) {
+			args := append([]string{"simulate", "rules", "--rule", "login=FixedWindow,2,1h,countWhen=401|403|500-599"}, store...)
+			var stdout, stderr bytes.Buffer
+			if code := run(args, strings.NewReader(trace.String()), &stdout, &stderr); code != 0 || stderr.Len() > 0 {
+				t.Fatalf("exit %d, stderr %q", code, stderr.String())
+			}
+			if got := stdout.String(); got != want {
+				t.Errorf("output:\n%s\nwant:\n%s", got, want)
+			}
+		})
+	}
+}

@@ -6,24 +6,37 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"time"
 
 	"github.com/sluice-dev/sluice/internal/limiter"
+	"github.com/sluice-dev/sluice/internal/limiter/lease"
 	"github.com/sluice-dev/sluice/internal/simulate"
 )
 
-const simulateUsage = `usage: sluicectl simulate --algorithm ALG --limit N --window D [--burst N]
+const simulateUsage = `usage: sluicectl simulate --algorithm ALG --limit N (--window D | --calendar PERIOD@ZONE) [--burst N]
          [--mode Meter|Queue] [--max-delay D] [--cost N] [--store memory|redis [--redis-url URL]] [--summary]
          [--plot FILE.png [--plot-bucket D]] < arrivals
+       sluicectl simulate --algorithm ALG --limit N --window D [--burst N] [--cost N]
+         --pods N --lease-max-age D [--lease-max-units K] [--store memory|redis [--redis-url URL]] < arrivals
        sluicectl simulate compare --algorithms ALG,ALG,... --limit N --window D [--burst N]
          [--max-delay D] [--cost N] [--store memory|redis [--redis-url URL]] [--plot FILE.png [--plot-bucket D]]
          [--title TEXT] < arrivals
-       sluicectl simulate rules --rule NAME=ALG,LIMIT,WINDOW[,shadow] [--rule ...]
+       sluicectl simulate rules --rule NAME=ALG,LIMIT,WINDOW[,shadow][,countWhen=CODES] [--rule ...]
          [--store memory|redis [--redis-url URL]] < requests
 
 Replays arrivals, one per line in ms since the Unix epoch (non-decreasing; blank lines are
 ignored), through one key of a limiter, and prints "<ms> allow", "<ms> allow delay=<ms>"
 (LeakyBucket Queue) or "<ms> deny" for each, then "allowed=N denied=M". --plot also draws the
-requests offered and admitted per --plot-bucket (default window/10) into a PNG.
+requests offered and admitted per --plot-bucket (default window/10) into a PNG. --calendar
+Month@Europe/Berlin (Day, Week or Month) replaces --window for FixedWindow: windows begin at
+local midnight of the zone.
+
+With --lease-max-age the rule is leased (the rule's lease: {maxAge, maxUnits}): the arrivals
+are spread over --pods simulated sidecars, round robin, or by a second column naming the pod
+("<ms> <pod>"), each leasing units off the one shared store; the same arrivals also go through
+the exact rule on a store of their own. It prints both runs' totals and store calls, the worst
+excess of the leased run over the exact one in any interval, the bound and the interval that
+comes closest to it, and the most units held unused at once.
 
 compare replays the same arrivals through each algorithm (LeakyBucket/Queue names the leaky
 bucket in Queue mode) and prints, for each, the requests allowed and denied and the most admitted
@@ -31,7 +44,8 @@ in any interval of one window; --plot draws one panel per algorithm.
 
 rules decides requests against several rules as the sidecar does, all of a request's rules as
 one unit: each line is "<ms> RULE=KEY [RULE=KEY...]", the rules the request matches with its key
-under each; it prints "<ms> allow charged=RULES" or "<ms> deny by=RULES charged=-" (a denied
+under each (a rule's WINDOW may be PERIOD@ZONE), and status=NNN the response's status, which
+a countWhen=401|500-599 rule charges after the decision only when it is listed; it prints "<ms> allow charged=RULES" or "<ms> deny by=RULES charged=-" (a denied
 request charges no rule), then "allowed=N denied=M".
 `
 
@@ -57,11 +71,15 @@ func runSimulate(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	mode := fs.String("mode", "", "LeakyBucket mode: Meter (default) or Queue")
 	maxDelay := fs.Duration("max-delay", 0, "longest wait of a LeakyBucket Queue request")
 	cost := fs.Int64("cost", 1, "units each arrival takes")
+	calendar := fs.String("calendar", "", "a calendar window instead of --window, PERIOD@ZONE: Day, Week or Month in an IANA zone (FixedWindow)")
 	storeName := fs.String("store", "memory", "store to run the limiter on: memory or redis")
 	redisURL := fs.String("redis-url", "", "Redis for --store redis, e.g. redis://127.0.0.1:6379/0")
 	summary := fs.Bool("summary", false, "print only the allowed=N denied=M line")
 	plotFile := fs.String("plot", "", "also draw requests offered and admitted over time into this PNG file")
 	plotBucket := fs.Duration("plot-bucket", 0, "the plot's bucket of time, a whole number of ms (default window/10)")
+	pods := fs.Int("pods", 1, "simulated sidecars sharing the store, with --lease-max-age")
+	leaseMaxAge := fs.Duration("lease-max-age", 0, "lease the rule: how long leased units stay usable, 1ms..10s in whole ms")
+	leaseMaxUnits := fs.Int64("lease-max-units", 0, "cap on one lease (default the rate times --lease-max-age)")
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return 0
@@ -81,6 +99,16 @@ func runSimulate(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 		Mode:      limiter.LeakyMode(*mode),
 		MaxDelay:  *maxDelay,
 	}
+	if *calendar != "" {
+		if *window != 0 {
+			fmt.Fprintln(stderr, "sluicectl simulate: set one of --window and --calendar")
+			return 2
+		}
+		if err := simulate.Calendar(&lim, *calendar); err != nil {
+			fmt.Fprintf(stderr, "sluicectl simulate: %v\n", err)
+			return 2
+		}
+	}
 	if err := lim.Validate(); err != nil {
 		fmt.Fprintf(stderr, "sluicectl simulate: %v\n", err)
 		return 2
@@ -93,6 +121,14 @@ func runSimulate(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	if err != nil {
 		fmt.Fprintf(stderr, "sluicectl simulate: %v\n", err)
 		return 2
+	}
+	leased := *leaseMaxAge != 0 || *leaseMaxUnits != 0 || *pods != 1
+	if leased {
+		if *summary || *plotFile != "" {
+			fmt.Fprintln(stderr, "sluicectl simulate: --summary and --plot do not go with a leased rule")
+			return 2
+		}
+		return runLeased(stdin, stdout, stderr, lim, *cost, *pods, *leaseMaxAge, *leaseMaxUnits, *storeName, *redisURL)
 	}
 	store, closeStore, err := simulate.OpenStore(*storeName, *redisURL)
 	if err != nil {
@@ -111,6 +147,58 @@ func runSimulate(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 			fmt.Fprintf(stderr, "sluicectl simulate: %v\n", err)
 			return 1
 		}
+	}
+	return 0
+}
+
+// runLeased is `sluicectl simulate` of a leased rule over several pods (see simulateUsage).
+func runLeased(stdin io.Reader, stdout, stderr io.Writer, lim limiter.Limit, cost int64, pods int,
+	maxAge time.Duration, maxUnits int64, storeName, redisURL string) int {
+	usageErr := func(format string, args ...any) int {
+		fmt.Fprintf(stderr, "sluicectl simulate: "+format+"\n", args...)
+		return 2
+	}
+	if err := lim.Leasable(); err != nil {
+		return usageErr("%v", err)
+	}
+	if pods < 1 || pods > 10_000 {
+		return usageErr("--pods %d is outside 1..10000", pods)
+	}
+	if maxAge < limiter.MinLeaseAge || maxAge > limiter.MaxLeaseAge || maxAge%time.Millisecond != 0 {
+		return usageErr("--lease-max-age %s is not a whole number of ms from %s to %s", maxAge, limiter.MinLeaseAge, limiter.MaxLeaseAge)
+	}
+	if maxUnits < 0 || maxUnits > lim.Capacity() {
+		return usageErr("--lease-max-units %d is outside 1..%d (the capacity)", maxUnits, lim.Capacity())
+	}
+	_, closeStore, err := simulate.OpenStore(storeName, redisURL)
+	if err != nil {
+		return usageErr("%v", err)
+	}
+	closeStore()
+	arrivals, err := simulate.ReadFleetTrace(stdin, pods)
+	if err != nil {
+		fmt.Fprintf(stderr, "sluicectl simulate: %v\n", err)
+		return 1
+	}
+	open := func() (lease.Store, func(), error) {
+		st, closeStore, err := simulate.OpenStore(storeName, redisURL)
+		if err != nil {
+			return nil, nil, err
+		}
+		ls, ok := st.(lease.Store)
+		if !ok {
+			closeStore()
+			return nil, nil, fmt.Errorf("store %s cannot lease", storeName)
+		}
+		return ls, closeStore, nil
+	}
+	rep, err := simulate.ReplayFleet(arrivals, open, lim, cost, simulate.Fleet{Pods: pods, Lease: lease.Params{MaxAge: maxAge, MaxUnits: maxUnits}})
+	if err == nil {
+		err = rep.Write(stdout)
+	}
+	if err != nil {
+		fmt.Fprintf(stderr, "sluicectl simulate: %v\n", err)
+		return 1
 	}
 	return 0
 }

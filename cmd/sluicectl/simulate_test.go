@@ -212,3 +212,61 @@ func runErrorCases(t *testing.T, tests map[string]errorCase) {
 		})
 	}
 }
+
+// TestSimulateLeased: a leased rule over several pods prints the same report on the memory
+// and the Redis store, keeps the bound, and costs the store fewer calls than the exact rule;
+// a pod column spreads the arrivals as it says.
+func TestSimulateLeased(t *testing.T) {
+	redis := redisserver.StartTest(t)
+	hot := arrivals(0, 1, 3000) // 1 per ms, a tenth of the rate
+	var named strings.Builder
+	for i := range 3000 {
+		fmt.Fprintf(&named, "%d pod-%c\n", t0+int64(i), 'a'+i%3)
+	}
+	// perCall is the fewest decisions per store call: far from the limit, leases; past it,
+	// every denial is decided in the store.
+	cases := map[string]struct {
+		args, input, want string
+		perCall           int
+	}{
+		"token bucket far from its limit": {"--algorithm TokenBucket --limit 10000 --window 1s --pods 2 --lease-max-age 100ms", hot,
+			"exact:  allowed=3000 denied=0 store calls=3000", 20},
+		"fixed window at twice its limit, a pod column": {"--algorithm FixedWindow --limit 500 --window 1s --pods 3 --lease-max-age 50ms --lease-max-units 20",
+			named.String(), "exact:  allowed=1500 denied=1500", 1},
+	}
+	for name, tc := range cases {
+		t.Run(name, func(t *testing.T) {
+			var outs []string
+			for _, store := range []string{"--store memory", "--store redis --redis-url " + redis.URL()} {
+				var stdout, stderr bytes.Buffer
+				if code := runSimulate(strings.Fields(tc.args+" "+store), strings.NewReader(tc.input), &stdout, &stderr); code != 0 {
+					t.Fatalf("%s: exit %d, stderr %q", store, code, stderr.String())
+				}
+				outs = append(outs, stdout.String())
+			}
+			if outs[0] != outs[1] {
+				t.Fatalf("memory:\n%s\nredis:\n%s", outs[0], outs[1])
+			}
+			out := outs[0]
+			if !strings.Contains(out, tc.want) || !strings.Contains(out, ": holds\n") {
+				t.Fatalf("output:\n%s", out)
+			}
+			var calls, allowed, denied int
+			line := out[strings.Index(out, "leased: "):]
+			if _, err := fmt.Sscanf(line, "leased: allowed=%d denied=%d store calls=%d", &allowed, &denied, &calls); err != nil {
+				t.Fatal(err)
+			}
+			if calls*tc.perCall > allowed+denied || calls >= allowed+denied {
+				t.Errorf("%d store calls for %d decisions:\n%s", calls, allowed+denied, out)
+			}
+		})
+	}
+	runErrorCases(t, map[string]errorCase{
+		"a log is not leased": {"--algorithm SlidingWindowLog --limit 5 --window 1s --lease-max-age 10ms", "", 2, "", "leases do not apply to SlidingWindowLog"},
+		"age over 10s":        {"--algorithm TokenBucket --limit 5 --window 1s --lease-max-age 11s", "", 2, "", "--lease-max-age 11s is not"},
+		"units over capacity": {"--algorithm TokenBucket --limit 5 --window 1s --lease-max-age 10ms --lease-max-units 6", "", 2, "", "--lease-max-units 6 is outside 1..5"},
+		"pods without lease":  {"--algorithm TokenBucket --limit 5 --window 1s --pods 2", "", 2, "", "--lease-max-age 0s is not"},
+		"too many pod names": {"--algorithm TokenBucket --limit 5 --window 1s --pods 1 --lease-max-age 10ms",
+			fmt.Sprintf("%d a\n%d b\n", t0, t0), 1, "", `line 2: pod "b" is one more than the 1 pods`},
+	})
+}

@@ -1,6 +1,8 @@
 package controller
 
 import (
+	"time"
+
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -29,10 +31,22 @@ func CacheOptions() cache.Options {
 	}}
 }
 
+// DefaultRenderInterval is --render-interval's default: at most one ConfigMap write per
+// namespace a second while pods churn.
+const DefaultRenderInterval = time.Second
+
+// Options are the controller's settings from the manager's command line.
+type Options struct {
+	// RenderInterval is the least time between two writes of one namespace's ConfigMap
+	// (--render-interval); zero writes on every change.
+	RenderInterval time.Duration
+}
+
 // Setup registers the controller with a manager.
-func Setup(mgr ctrl.Manager) error {
+func Setup(mgr ctrl.Manager, o Options) error {
 	return (&RateLimitPolicyReconciler{
-		Client:   mgr.GetClient(),
-		Recorder: mgr.GetEventRecorder("sluice-controller"),
+		Client:         mgr.GetClient(),
+		Recorder:       mgr.GetEventRecorder("sluice-controller"),
+		RenderInterval: o.RenderInterval,
 	}).SetupWithManager(mgr)
 }

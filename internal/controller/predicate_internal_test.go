@@ -7,6 +7,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/event"
 
+	"github.com/sluice-dev/sluice/api/v1alpha1"
 	"github.com/sluice-dev/sluice/internal/inject"
 )
 
@@ -78,4 +79,33 @@ func TestPodUpdateMatters(t *testing.T) {
 			t.Error("an update of another kind was filtered out")
 		}
 	})
+}
+
+func TestPolicyUpdateMatters(t *testing.T) {
+	now := metav1.Unix(1770000000, 0)
+	base := func() *v1alpha1.RateLimitPolicy {
+		return &v1alpha1.RateLimitPolicy{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "p", Generation: 3, ResourceVersion: "7"}}
+	}
+	tests := map[string]struct {
+		change func(p *v1alpha1.RateLimitPolicy)
+		want   bool
+	}{
+		"status only": {func(p *v1alpha1.RateLimitPolicy) {
+			p.ResourceVersion = "8"
+			p.Status.ObservedGeneration = 3
+			p.Status.Summary = "TokenBucket 10/1m"
+		}, false},
+		"labels and annotations": {func(p *v1alpha1.RateLimitPolicy) { p.Labels = map[string]string{"team": "a"} }, false},
+		"spec (generation)":      {func(p *v1alpha1.RateLimitPolicy) { p.Generation = 4 }, true},
+		"deleting":               {func(p *v1alpha1.RateLimitPolicy) { p.DeletionTimestamp = &now }, true},
+	}
+	for name, tc := range tests {
+		t.Run(name, func(t *testing.T) {
+			oldP, newP := base(), base()
+			tc.change(newP)
+			if got := policyUpdateMatters(event.UpdateEvent{ObjectOld: oldP, ObjectNew: newP}); got != tc.want {
+				t.Errorf("old -> new: %v, want %v", got, tc.want)
+			}
+		})
+	}
 }

@@ -10,7 +10,10 @@ import (
 	"reflect"
 	"slices"
 	"strings"
+	"sync"
+	"time"
 
+	"golang.org/x/sync/errgroup"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
@@ -22,6 +25,7 @@ import (
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/builder"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	crcontroller "sigs.k8s.io/controller-runtime/pkg/controller"
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 	"sigs.k8s.io/controller-runtime/pkg/event"
 	"sigs.k8s.io/controller-runtime/pkg/handler"
@@ -50,8 +54,16 @@ type RateLimitPolicyReconciler struct {
 	// MaxBytes bounds the ConfigMap's data and binaryData; zero is policy.MaxConfigMapBytes,
 	// the API server's limit.
 	MaxBytes int
+	// RenderInterval is the least time between two content changes of one namespace's
+	// ConfigMap: a change within it is held back and written, newest state, when it ends, so a
+	// rolling update costs the kubelets one volume sync per interval rather than one per pod
+	// event. Zero writes every change at once.
+	RenderInterval time.Duration
 
 	fitter render.Fitter
+	mu     sync.Mutex
+	// written is when each namespace's ConfigMap content last changed by this reconciler.
+	written map[string]time.Time
 }
 
 // +kubebuilder:rbac:groups=sluice.dev,resources=ratelimitpolicies,verbs=get;list;watch
@@ -65,6 +77,10 @@ type RateLimitPolicyReconciler struct {
 func (r *RateLimitPolicyReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
 	log := logf.FromContext(ctx)
 	ns := req.Namespace
+	if wait := r.holdBack(ns); wait > 0 {
+		// Statuses wait too: they report the content the ConfigMap holds.
+		return ctrl.Result{RequeueAfter: wait}, nil
+	}
 
 	var list v1alpha1.RateLimitPolicyList
 	if err := r.List(ctx, &list, client.InNamespace(ns)); err != nil {
@@ -83,6 +99,18 @@ func (r *RateLimitPolicyReconciler) Reconcile(ctx context.Context, req ctrl.Requ
 	}
 
 	changed, hash, renderErr := r.writeConfigMap(ctx, doc, payload, list.Items)
+	if changed {
+		r.mu.Lock()
+		if r.written == nil {
+			r.written = map[string]time.Time{}
+		}
+		if len(list.Items) == 0 {
+			delete(r.written, ns)
+		} else {
+			r.written[ns] = r.Clock.Now()
+		}
+		r.mu.Unlock()
+	}
 	if renderErr == nil && changed {
 		log.Info("Rendered policies", "namespace", ns, "configMap", policy.ConfigMapName, "policies", len(doc.Policies),
 			"bytes", payload.Size(), "compressed", payload.BinaryData != nil, "hash", hash)
@@ -92,16 +120,45 @@ func (r *RateLimitPolicyReconciler) Reconcile(ctx context.Context, req ctrl.Requ
 	if renderErr != nil {
 		errs = append(errs, renderErr)
 	}
+	// Every policy's Ready names the content hash, so a render patches each status: a few at a
+	// time, or a namespace of many policies takes a round trip per policy.
+	var (
+		mu sync.Mutex
+		g  errgroup.Group
+	)
+	g.SetLimit(statusPatches)
 	for i := range list.Items {
 		p := &list.Items[i]
 		if !p.DeletionTimestamp.IsZero() {
 			continue
 		}
-		if err := r.updateStatus(ctx, p, verdicts[p.Name], uninjected(p, pods.Items), hash, renderErr); err != nil {
-			errs = append(errs, err)
-		}
+		g.Go(func() error {
+			if err := r.updateStatus(ctx, p, verdicts[p.Name], uninjected(p, pods.Items), hash, renderErr); err != nil {
+				mu.Lock()
+				errs = append(errs, err)
+				mu.Unlock()
+			}
+			return nil
+		})
 	}
+	_ = g.Wait()
 	return ctrl.Result{}, errors.Join(errs...)
+}
+
+// holdBack returns how long ns's next render waits: zero unless its ConfigMap content changed
+// less than RenderInterval ago. A held-back request is requeued for the end of the interval,
+// without listing or rendering anything, so a burst of pod events costs one render.
+func (r *RateLimitPolicyReconciler) holdBack(ns string) time.Duration {
+	if r.RenderInterval <= 0 {
+		return 0
+	}
+	r.mu.Lock()
+	last, ok := r.written[ns]
+	r.mu.Unlock()
+	if wait := r.RenderInterval - r.Clock.Since(last); ok && wait > 0 {
+		return wait
+	}
+	return 0
 }
 
 // writeConfigMap makes the namespace's ConfigMap hold doc, owned by every live policy, and
@@ -292,6 +349,21 @@ func (s podSet) Ready(sel labels.Selector) ([]string, int32) {
 	return names, int32(len(names))
 }
 
+// Fingerprint summarises what Ready and Shared answer from: each pod's name, labels, readiness
+// and deletion, in the order the list gave them.
+func (s podSet) Fingerprint() string {
+	var b strings.Builder
+	for i := range s {
+		p := &s[i]
+		fmt.Fprintf(&b, "%s\x00%t\x00%t\x00", p.Name, isReady(p), p.DeletionTimestamp.IsZero())
+		for _, k := range slices.Sorted(maps.Keys(p.Labels)) {
+			fmt.Fprintf(&b, "%s=%s\x00", k, p.Labels[k])
+		}
+		b.WriteByte('\n')
+	}
+	return b.String()
+}
+
 func (s podSet) Shared(a, b labels.Selector) bool {
 	for i := range s {
 		if s[i].DeletionTimestamp.IsZero() && a.Matches(labels.Set(s[i].Labels)) && b.Matches(labels.Set(s[i].Labels)) {
@@ -329,6 +401,21 @@ func podUpdateMatters(e event.UpdateEvent) bool {
 		uninjectedPod(oldPod) != uninjectedPod(newPod) || isDone(oldPod) != isDone(newPod)
 }
 
+// Workers is how many namespaces the controller renders at once, and statusPatches how many
+// status patches one reconcile has in flight.
+const (
+	Workers       = 4
+	statusPatches = 8
+)
+
+// policyUpdateMatters reports whether a policy update can change the rendering: its spec
+// (generation) or its deletion. The reconciler's own status patches are filtered out, so that
+// a namespace of large policies is not rendered again for each status it wrote.
+func policyUpdateMatters(e event.UpdateEvent) bool {
+	return e.ObjectOld.GetGeneration() != e.ObjectNew.GetGeneration() ||
+		e.ObjectOld.GetDeletionTimestamp().IsZero() != e.ObjectNew.GetDeletionTimestamp().IsZero()
+}
+
 // SetupWithManager watches what the rendering derives from: policies, pods (their labels and
 // readiness) and the rendered ConfigMaps, each mapped to its namespace's request.
 func (r *RateLimitPolicyReconciler) SetupWithManager(mgr ctrl.Manager) error {
@@ -341,7 +428,10 @@ func (r *RateLimitPolicyReconciler) SetupWithManager(mgr ctrl.Manager) error {
 	rendered := predicate.NewPredicateFuncs(func(o client.Object) bool { return o.GetName() == policy.ConfigMapName })
 	return ctrl.NewControllerManagedBy(mgr).
 		Named("ratelimitpolicy").
-		Watches(&v1alpha1.RateLimitPolicy{}, toNamespace).
+		// Requests are namespaces, never one namespace twice at once: several workers keep a
+		// namespace of large policies, whose render takes longest, from holding up the others.
+		WithOptions(crcontroller.Options{MaxConcurrentReconciles: Workers}).
+		Watches(&v1alpha1.RateLimitPolicy{}, toNamespace, builder.WithPredicates(predicate.Funcs{UpdateFunc: policyUpdateMatters})).
 		Watches(&corev1.Pod{}, toNamespace, builder.WithPredicates(predicate.Funcs{UpdateFunc: podUpdateMatters})).
 		Watches(&corev1.ConfigMap{}, toNamespace, builder.WithPredicates(rendered)).
 		Complete(r)

@@ -76,7 +76,7 @@ var _ = Describe("RLS rendering", func() {
 		go func() { _ = loader.Run(lctx) }()
 		srv := grpc.NewServer()
 		rlsv3.RegisterRateLimitServiceServer(srv, rls.New(rls.Options{Config: loader.Current, Metrics: m,
-			Decider: &decide.Decider{Remote: store, Breaker: breaker.New(breaker.Options{}), Local: limiter.NewMemoryStore(limiter.MemoryStoreOptions{}), Metrics: m}}))
+			Decider: decide.New(decide.Options{Remote: store, Breaker: breaker.New(breaker.Options{}), Local: limiter.NewMemoryStore(limiter.MemoryStoreOptions{}), Metrics: m})}))
 		ln, err := net.Listen("tcp", "127.0.0.1:0")
 		Expect(err).NotTo(HaveOccurred())
 		go func() { _ = srv.Serve(ln) }()

@@ -11,9 +11,11 @@ import (
 	. "github.com/onsi/ginkgo/v2"
 	. "github.com/onsi/gomega"
 	corev1 "k8s.io/api/core/v1"
+	networkingv1 "k8s.io/api/networking/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
 
+	"github.com/sluice-dev/sluice/internal/inject"
 	"github.com/sluice-dev/sluice/internal/policy"
 )
 
@@ -39,6 +41,18 @@ var _ = Describe("The samples", func() {
 		stdout, stderr, err := kubectl.Run("apply", "-n", ns, "-f", filepath.Join("..", "..", "config", "samples")+"/")
 		Expect(err).NotTo(HaveOccurred(), "kubectl apply: %s", readAll(stderr))
 		GinkgoWriter.Print(readAll(stdout))
+
+		By("admitting traffic to the checkout pods only on the sidecar's ports")
+		var np networkingv1.NetworkPolicy
+		Expect(k8sClient.Get(ctx, types.NamespacedName{Namespace: ns, Name: "checkout-only-through-sluice"}, &np)).To(Succeed())
+		var ports []string
+		for _, rule := range np.Spec.Ingress {
+			for _, p := range rule.Ports {
+				ports = append(ports, p.Port.String())
+			}
+		}
+		Expect(ports).To(ConsistOf(inject.PortName, inject.MetricsPortName))
+		Expect(np.Spec.PodSelector.MatchLabels).To(Equal(map[string]string{"app": "checkout"}))
 
 		var cmData string
 		Eventually(func(g Gomega) {

@@ -1,6 +1,8 @@
 package controller_test
 
 import (
+	"time"
+
 	"context"
 	"path/filepath"
 	"testing"
@@ -38,6 +40,9 @@ func TestControllers(t *testing.T) {
 
 var _ = BeforeSuite(func() {
 	logf.SetLogger(zap.New(zap.WriteTo(GinkgoWriter), zap.UseDevMode(true)))
+	// A change within --render-interval of the last one waits for it (1 s), and the race
+	// detector on a busy machine slows every render: 10 s, not Gomega's 1 s.
+	SetDefaultEventuallyTimeout(10 * time.Second)
 	var ctx context.Context
 	ctx, cancel = context.WithCancel(context.Background())
 
@@ -61,7 +66,7 @@ var _ = BeforeSuite(func() {
 		HealthProbeBindAddress: "0",
 	})
 	Expect(err).NotTo(HaveOccurred())
-	Expect(controller.Setup(mgr)).To(Succeed())
+	Expect(controller.Setup(mgr, controller.Options{RenderInterval: controller.DefaultRenderInterval})).To(Succeed())
 	Expect(k8sClient.Create(context.Background(), &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: rlsNamespace}})).To(Succeed())
 	Expect(controller.SetupRateLimitService(mgr, rlsNamespace)).To(Succeed())
 	go func() {

@@ -10,7 +10,11 @@ import (
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/yaml"
 
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/intstr"
+
 	"github.com/sluice-dev/sluice/api/v1alpha1"
+	"github.com/sluice-dev/sluice/internal/policy"
 	"github.com/sluice-dev/sluice/internal/policyfile"
 )
 
@@ -37,6 +41,18 @@ func window(w string) func(*v1alpha1.RateLimitPolicy) {
 	return rule0(func(r *v1alpha1.Rule) { r.Window = v1alpha1.Window(w) })
 }
 
+// calendar makes the first rule a calendar FixedWindow.
+func calendar(period v1alpha1.CalendarPeriod, zone string) func(*v1alpha1.RateLimitPolicy) {
+	return rule0(func(r *v1alpha1.Rule) {
+		r.Algorithm, r.Window = v1alpha1.FixedWindow, ""
+		r.Calendar = &v1alpha1.CalendarSpec{Period: period, TimeZone: zone}
+	})
+}
+
+func countWhen(codes ...intstr.IntOrString) func(*v1alpha1.RateLimitPolicy) {
+	return rule0(func(r *v1alpha1.Rule) { r.CountWhen = &v1alpha1.CountWhen{StatusCodes: codes} })
+}
+
 func queue(maxDelay string) func(*v1alpha1.RateLimitPolicy) {
 	return rule0(func(r *v1alpha1.Rule) {
 		r.Algorithm = v1alpha1.LeakyBucket
@@ -58,6 +74,15 @@ func descriptorRule(p *v1alpha1.RateLimitPolicy) {
 func domainOnly(p *v1alpha1.RateLimitPolicy) {
 	descriptorRule(p)
 	p.Spec.PodSelector = nil
+}
+
+func lease(maxAge string, maxUnits ...int64) func(*v1alpha1.RateLimitPolicy) {
+	return rule0(func(r *v1alpha1.Rule) {
+		r.Lease = &v1alpha1.LeaseSpec{MaxAge: v1alpha1.LeaseAge(maxAge)}
+		if len(maxUnits) > 0 {
+			r.Lease.MaxUnits = ptr.To(maxUnits[0])
+		}
+	})
 }
 
 var _ = Describe("RateLimitPolicy validation", func() {
@@ -197,6 +222,53 @@ var _ = Describe("RateLimitPolicy validation", func() {
 			domainOnly(p)
 			p.Spec.Rules[0].Match.Descriptors[0].Key = "generic key"
 		}, "spec.rules[0].match.descriptors[0].key", "must be printable ASCII without spaces"),
+		Entry("lease on SlidingWindowLog", func(p *v1alpha1.RateLimitPolicy) {
+			algorithm(v1alpha1.SlidingWindowLog)(p)
+			lease("100ms")(p)
+		}, "spec.rules[0].lease", "lease does not apply to SlidingWindowLog: it promises at most limit in every sliding window"),
+		Entry("lease on LeakyBucket Queue", func(p *v1alpha1.RateLimitPolicy) {
+			queue("1s")(p)
+			lease("100ms")(p)
+		}, "spec.rules[0].lease", "lease does not apply to LeakyBucket mode Queue"),
+		Entry("lease maxAge 0s", lease("0s"), "spec.rules[0].lease.maxAge", "from 1ms to 10s"),
+		Entry("lease maxAge over 10s", lease("11s"), "spec.rules[0].lease.maxAge", "from 1ms to 10s"),
+		Entry("lease maxAge in microseconds", lease("1500us"), "spec.rules[0].lease.maxAge", "whole milliseconds"),
+		Entry("lease with an empty maxAge", lease(""), "spec.rules[0].lease.maxAge", "must be a duration in whole milliseconds from 1ms to 10s"),
+		Entry("lease maxUnits 0", lease("100ms", 0), "spec.rules[0].lease.maxUnits", "greater than or equal to 1"),
+		Entry("lease maxUnits above the limit", lease("100ms", 11), "spec.rules[0].lease.maxUnits", "lease.maxUnits must not exceed burst"),
+		Entry("lease maxUnits above burst", func(p *v1alpha1.RateLimitPolicy) {
+			burst(20)(p)
+			lease("100ms", 21)(p)
+		}, "spec.rules[0].lease.maxUnits", "lease.maxUnits must not exceed burst"),
+		Entry("calendar and window", func(p *v1alpha1.RateLimitPolicy) {
+			calendar(v1alpha1.Month, "UTC")(p)
+			window("1h")(p)
+		}, "spec.rules[0]", "set exactly one of window and calendar"),
+		Entry("neither calendar nor window", window(""), "spec.rules[0]", "set exactly one of window and calendar"),
+		Entry("lease on a calendar quota", func(p *v1alpha1.RateLimitPolicy) {
+			calendar(v1alpha1.Month, "UTC")(p)
+			window("")(p)
+			lease("100ms")(p)
+		}, "spec.rules[0].lease", "lease does not apply with calendar or countWhen"),
+		Entry("lease with countWhen", func(p *v1alpha1.RateLimitPolicy) {
+			algorithm(v1alpha1.FixedWindow)(p)
+			countWhen(intstr.FromInt32(401))(p)
+			lease("100ms")(p)
+		}, "spec.rules[0].lease", "lease does not apply with calendar or countWhen"),
+		Entry("calendar on TokenBucket", func(p *v1alpha1.RateLimitPolicy) {
+			calendar(v1alpha1.Month, "UTC")(p)
+			algorithm(v1alpha1.TokenBucket)(p)
+		}, "spec.rules[0].calendar", "calendar applies only to algorithm FixedWindow"),
+		Entry("calendar period Year", calendar("Year", "UTC"), "spec.rules[0].calendar.period", "Unsupported value"),
+		Entry("calendar zone that is no IANA name", calendar(v1alpha1.Day, "Berlin time"), "spec.rules[0].calendar.timeZone", "must be an IANA time zone name"),
+		Entry("countWhen on SlidingWindowCounter", func(p *v1alpha1.RateLimitPolicy) {
+			algorithm(v1alpha1.SlidingWindowCounter)(p)
+			countWhen(intstr.FromInt32(401))(p)
+		}, "spec.rules[0].countWhen", "countWhen applies only to FixedWindow and TokenBucket"),
+		Entry("countWhen without codes", func(p *v1alpha1.RateLimitPolicy) {
+			p.Spec.Rules[0].CountWhen = &v1alpha1.CountWhen{StatusCodes: []intstr.IntOrString{}}
+		}, "spec.rules[0].countWhen.statusCodes", "should have at least 1 items"),
+		Entry("calendar zone Local", calendar(v1alpha1.Day, "Local"), "spec.rules[0].calendar.timeZone", "must be an IANA time zone name"),
 	)
 
 	DescribeTable("accepts valid policies, online and offline",
@@ -227,6 +299,31 @@ var _ = Describe("RateLimitPolicy validation", func() {
 			p.Spec.Rules[0].Match.Descriptors = []v1alpha1.DescriptorMatch{{Key: "remote_address"}}
 			p.Spec.Rules[0].Mode = v1alpha1.Shadow
 		}),
+		Entry("a TokenBucket lease at its bounds", func(p *v1alpha1.RateLimitPolicy) {
+			burst(20)(p)
+			lease("10s", 20)(p)
+		}),
+		Entry("a FixedWindow lease of 1ms", func(p *v1alpha1.RateLimitPolicy) {
+			algorithm(v1alpha1.FixedWindow)(p)
+			lease("1ms")(p)
+		}),
+		Entry("a SlidingWindowCounter lease", func(p *v1alpha1.RateLimitPolicy) {
+			algorithm(v1alpha1.SlidingWindowCounter)(p)
+			lease("250ms", 10)(p)
+		}),
+		Entry("a LeakyBucket Meter lease", func(p *v1alpha1.RateLimitPolicy) {
+			algorithm(v1alpha1.LeakyBucket)(p)
+			rule0(func(r *v1alpha1.Rule) { r.LeakyBucket = &v1alpha1.LeakyBucketSpec{Mode: v1alpha1.Meter} })(p)
+			lease("1s")(p)
+		}),
+		Entry("countWhen with codes and a range", countWhen(intstr.FromInt32(401), intstr.FromInt32(403), intstr.FromString("500-599"))),
+		Entry("countWhen on a monthly calendar quota", func(p *v1alpha1.RateLimitPolicy) {
+			calendar(v1alpha1.Month, "Europe/Berlin")(p)
+			countWhen(intstr.FromString("400-499"))(p)
+		}),
+		Entry("a monthly calendar quota in Europe/Berlin", calendar(v1alpha1.Month, "Europe/Berlin")),
+		Entry("a weekly calendar quota in the default zone", calendar(v1alpha1.Week, "")),
+		Entry("a daily calendar quota in America/Argentina/Buenos_Aires", calendar(v1alpha1.Day, "America/Argentina/Buenos_Aires")),
 		Entry("every key source and match", func(p *v1alpha1.RateLimitPolicy) {
 			p.Spec.TrustedProxies = []v1alpha1.CIDR{"198.18.0.0/15", "fd00::/8", "203.0.113.7/32"}
 			p.Spec.FailureMode = v1alpha1.FailureClosed
@@ -241,6 +338,34 @@ var _ = Describe("RateLimitPolicy validation", func() {
 			})(p)
 		}),
 	)
+
+	It("defaults a calendar's zone to UTC and renders it; refuses a zone the database does not know", func(ctx context.Context) {
+		p := newPolicy(ns, "monthly", calendar(v1alpha1.Month, ""))
+		Expect(k8sClient.Create(ctx, p)).To(Succeed())
+		Expect(p.Spec.Rules[0].Calendar.TimeZone).To(Equal("UTC"))
+		Eventually(func(g Gomega) {
+			_, doc := rendered(g, ctx, ns)
+			g.Expect(doc.Policies).To(HaveLen(1))
+			g.Expect(doc.Policies[0].Rules[0].Calendar).To(Equal(&policy.Calendar{Period: "Month", TimeZone: "UTC"}))
+		}).Should(Succeed())
+
+		Expect(k8sClient.Create(ctx, newPolicy(ns, "bad-range", countWhen(intstr.FromString("499-400")),
+			rule0(func(r *v1alpha1.Rule) { r.Name = "failures" })))).To(Succeed())
+		Eventually(func(g Gomega) {
+			_, accepted, _ := status(g, ctx, ns, "bad-range")
+			g.Expect(accepted.Status).To(Equal(metav1.ConditionFalse))
+			g.Expect(accepted.Message).To(ContainSubstring(`countWhen.statusCodes[0]: 499-400 is not a status code from 100 to 599`))
+		}).Should(Succeed())
+
+		Expect(k8sClient.Create(ctx, newPolicy(ns, "nowhere", calendar(v1alpha1.Day, "Europe/Nowhere"),
+			rule0(func(r *v1alpha1.Rule) { r.Name = "daily" })))).To(Succeed())
+		Eventually(func(g Gomega) {
+			_, accepted, _ := status(g, ctx, ns, "nowhere")
+			g.Expect(accepted.Status).To(Equal(metav1.ConditionFalse))
+			g.Expect(accepted.Reason).To(Equal(v1alpha1.ReasonInvalid))
+			g.Expect(accepted.Message).To(ContainSubstring(`calendar.timeZone: time zone "Europe/Nowhere" is not an IANA time zone`))
+		}).Should(Succeed())
+	})
 
 	It("applies defaults", func(ctx context.Context) {
 		p := newPolicy(ns, "defaults", queue("1s"), rule0(func(r *v1alpha1.Rule) { r.LeakyBucket.Mode = "" }))

@@ -39,7 +39,7 @@ func StartRLS(ctx context.Context, file, redisURL string) (string, error) {
 		return "", err
 	}
 	store := redisstore.New(client, redisstore.Options{})
-	d := &decide.Decider{Remote: store, Breaker: breaker.New(breaker.Options{}), Local: limiter.NewMemoryStore(limiter.MemoryStoreOptions{}), Metrics: m}
+	d := decide.New(decide.Options{Remote: store, Breaker: breaker.New(breaker.Options{}), Local: limiter.NewMemoryStore(limiter.MemoryStoreOptions{}), Metrics: m})
 	srv := grpc.NewServer()
 	rlsv3.RegisterRateLimitServiceServer(srv, rls.New(rls.Options{Config: loader.Current, Decider: d, Metrics: m}))
 	ln, err := net.Listen("tcp", "127.0.0.1:0")

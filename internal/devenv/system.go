@@ -166,7 +166,7 @@ func (s *System) startManager() error {
 	if err != nil {
 		return err
 	}
-	if err := controller.Setup(mgr); err != nil {
+	if err := controller.Setup(mgr, controller.Options{RenderInterval: controller.DefaultRenderInterval}); err != nil {
 		return err
 	}
 	if err := controller.SetupRateLimitService(mgr, RLSNamespace); err != nil {

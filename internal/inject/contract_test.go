@@ -28,6 +28,8 @@ func TestInjectedContainerParsesWithTheSidecarsFlags(t *testing.T) {
 		RedisURL:     "redis+cluster://redis-0.redis:6379?addr=redis-1.redis:6379",
 		RedisTLS:     true,
 		RedisTimeout: 50 * time.Millisecond,
+		// 90s, not the sidecar's default, so that the argument is seen to arrive.
+		RedisIdleTimeout: 90 * time.Second,
 		RedisPasswordSecret: &corev1.SecretKeySelector{
 			LocalObjectReference: corev1.LocalObjectReference{Name: "redis"}, Key: "password",
 		},
@@ -97,6 +99,7 @@ func TestInjectedContainerParsesWithTheSidecarsFlags(t *testing.T) {
 	want.Listen, want.MetricsListen, want.Upstream = ":8000", ":9100", "http://127.0.0.1:3000"
 	want.PodName = "web" // from the downward API: the pod's own name
 	want.RedisURL, want.RedisTimeout, want.RedisPassword = "rediss+cluster://redis-0.redis:6379?addr=redis-1.redis:6379", 50*time.Millisecond, "s3cret"
+	want.RedisIdleTimeout = 90 * time.Second
 	if !reflect.DeepEqual(got, want) {
 		t.Errorf("the sidecar parses the injected container as\n%+v\nwant\n%+v", got, want)
 	}
@@ -160,7 +163,7 @@ func TestDefaultPortsAreTheSidecars(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got.Listen != defaults.Listen || got.MetricsListen != defaults.MetricsListen || got.RedisURL != "" || got.RedisTimeout != defaults.RedisTimeout {
+	if got.Listen != defaults.Listen || got.MetricsListen != defaults.MetricsListen || got.RedisURL != "" || got.RedisTimeout != defaults.RedisTimeout || got.RedisIdleTimeout != defaults.RedisIdleTimeout {
 		t.Errorf("injected %+v; the sidecar's defaults are %+v", got, defaults)
 	}
 }

@@ -77,9 +77,12 @@ const (
 	// FlagPodName is the pod's name, which ranks it among the ready pods a policy lists for
 	// its exact local share; the webhook sets it as EnvName(FlagPodName) from the downward API
 	// (PodNameFieldPath).
-	FlagPodName            = "pod-name"
-	FlagRedisURL           = "redis-url"
-	FlagRedisTimeout       = "redis-timeout"
+	FlagPodName      = "pod-name"
+	FlagRedisURL     = "redis-url"
+	FlagRedisTimeout = "redis-timeout"
+	// FlagRedisIdleTimeout closes the sidecar's Redis connections unused for that long, so a
+	// quiet pod holds none (a Go duration; 0 never closes them).
+	FlagRedisIdleTimeout   = "redis-idle-timeout"
 	FlagMetricsListen      = "metrics-listen"
 	FlagBreakerThreshold   = "breaker-threshold"
 	FlagBreakerCooldown    = "breaker-cooldown"

@@ -77,11 +77,19 @@ type Limit struct {
 	// MaxDelay is the longest LeakyBucket Queue delays a request, a whole number of
 	// milliseconds; zero means no request waits (Queue then admits only into an empty queue).
 	MaxDelay time.Duration
+	// Period, when set, makes a FixedWindow a calendar window (Day, Week, Month) beginning at
+	// local midnight in Zone; Window is then Period.Nominal() and names the period only.
+	Period Period
+	// Zone is a calendar window's time zone (LoadZone); nil otherwise.
+	Zone *time.Location
 }
 
 // Name names the algorithm, with the leaky bucket's mode when one is set, e.g.
 // "LeakyBucket/Queue": for benchmarks, tests and plots.
 func (l Limit) Name() string {
+	if l.Period != "" {
+		return string(l.Algorithm) + "/" + string(l.Period)
+	}
 	if l.Algorithm == LeakyBucket && l.Mode != "" {
 		return string(l.Algorithm) + "/" + string(l.Mode)
 	}
@@ -126,7 +134,11 @@ func (l Limit) Validate() error {
 	if l.Algorithm == SlidingWindowLog && l.Limit > MaxLogLimit {
 		return fmt.Errorf("limit %d is above %d, the most SlidingWindowLog keeps per key", l.Limit, MaxLogLimit)
 	}
-	if l.Window < MinWindow || l.Window > MaxWindow || l.Window%time.Millisecond != 0 {
+	if l.Period != "" || l.Zone != nil {
+		if err := l.validateCalendar(); err != nil {
+			return err
+		}
+	} else if l.Window < MinWindow || l.Window > MaxWindow || l.Window%time.Millisecond != 0 {
 		return fmt.Errorf("window %s is not a whole number of milliseconds between %s and %s", l.Window, MinWindow, MaxWindow)
 	}
 	if l.Burst < 0 || l.Burst > MaxLimit {
@@ -139,6 +151,25 @@ func (l Limit) Validate() error {
 	}
 	if l.MaxDelay < 0 || l.MaxDelay > MaxWindow || l.MaxDelay%time.Millisecond != 0 {
 		return fmt.Errorf("maxDelay %s is not a whole number of milliseconds between 0 and %s", l.MaxDelay, MaxWindow)
+	}
+	return nil
+}
+
+// validateCalendar checks a calendar limit's fields.
+func (l Limit) validateCalendar() error {
+	switch l.Period {
+	case Day, Week, Month:
+	default:
+		return fmt.Errorf("calendar period %q is not Day, Week or Month", l.Period)
+	}
+	if l.Algorithm != FixedWindow {
+		return fmt.Errorf("a calendar period applies only to FixedWindow, not %s", l.Algorithm)
+	}
+	if l.Zone == nil {
+		return errors.New("a calendar period needs a time zone")
+	}
+	if l.Window != l.Period.Nominal() {
+		return fmt.Errorf("window %s of a calendar %s is not %s", l.Window, l.Period, l.Period.Nominal())
 	}
 	return nil
 }

@@ -43,8 +43,8 @@ type MemoryStoreOptions struct {
 // dropped. Taking on an existing key does not allocate (but for a growing log).
 //
 // An entry remembers the Limit it was last used with. When a key is used with a different Limit
-// (a policy was edited): if the Algorithm, Window or Mode changed the state means something
-// else, and the key starts fresh; otherwise (Limit, Burst or MaxDelay changed) the state is kept
+// (a policy was edited): if the Algorithm, Window, Mode or calendar (Period, Zone) changed the
+// state means something else, and the key starts fresh; otherwise (Limit, Burst or MaxDelay changed) the state is kept
 // and the transitions adapt it: counts are compared to the new limit, a bucket's content is
 // clamped to the new capacity.
 type MemoryStore struct {
@@ -67,6 +67,7 @@ type memoryEntry struct {
 	kind      kind  // lim.Algorithm and Mode, for a switch without string compares
 	expiresAt int64 // ms since the epoch; from then on the state equals a fresh key's
 	fixed     FixedWindowState
+	calendar  CalendarWindowState
 	counter   SlidingWindowCounterState
 	tokens    TokenBucketState
 	leaky     LeakyBucketState
@@ -155,6 +156,7 @@ const (
 	kindTokenBucket
 	kindLeakyMeter
 	kindLeakyQueue
+	kindCalendar
 )
 
 // take applies e's transition and records when its state will be a fresh key's again.
@@ -163,6 +165,9 @@ func (e *memoryEntry) take(c, now int64) Result {
 	switch e.kind {
 	case kindFixedWindow:
 		r = e.fixed.take(&e.lim, c, now)
+	case kindCalendar:
+		start, end := e.lim.CalendarBounds(now)
+		r = e.calendar.take(&e.lim, c, now, start, end)
 	case kindSlidingWindowCounter:
 		r = e.counter.take(&e.lim, c, now)
 	case kindTokenBucket:
@@ -222,13 +227,17 @@ func (sh *memoryShard) drop(k string, e *memoryEntry) {
 
 // adapt moves e to lim (valid, different from e.lim); see MemoryStore.
 func (e *memoryEntry) adapt(lim Limit) {
-	if lim.Algorithm != e.lim.Algorithm || lim.Window != e.lim.Window || lim.Mode != e.lim.Mode {
+	if lim.Algorithm != e.lim.Algorithm || lim.Window != e.lim.Window || lim.Mode != e.lim.Mode ||
+		lim.Period != e.lim.Period || lim.Zone != e.lim.Zone {
 		*e = memoryEntry{}
 	}
 	e.lim = lim
 	switch lim.Algorithm {
 	case FixedWindow:
 		e.kind = kindFixedWindow
+		if lim.Period != "" {
+			e.kind = kindCalendar
+		}
 	case SlidingWindowLog:
 		e.kind = kindSlidingWindowLog
 	case SlidingWindowCounter:

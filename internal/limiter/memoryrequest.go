@@ -56,7 +56,14 @@ func (m *MemoryStore) TakeRequest(_ context.Context, takes []Take, now time.Time
 		if t.e.lim != tk.Limit {
 			t.e.adapt(tk.Limit)
 		}
-		res[i] = t.e.take(tk.N, nowMs)
+		if tk.Check {
+			var u undo
+			u.save(t.e)
+			res[i] = t.e.take(tk.N, nowMs)
+			u.restore()
+		} else {
+			res[i] = t.e.take(tk.N, nowMs)
+		}
 		if !res[i].Allowed && !tk.Shadow {
 			admitted = false
 		}

@@ -17,6 +17,10 @@ type Take struct {
 	// Shadow marks a rule that is evaluated and charged but never denies: the request's
 	// admission does not depend on its decision.
 	Shadow bool
+	// Check marks a take that is decided but never charged: a denial denies the request (unless
+	// Shadow), but an admitted request leaves the key's state as it was. A countWhen rule
+	// checks at admission and charges (Charger) after the response.
+	Check bool
 }
 
 // RequestStore decides all the takes of one request as one unit, so that a rule that denies a

@@ -27,10 +27,11 @@ type TokenBucketState struct {
 //	c > cap:            deny, cost exceeds capacity, RetryAfter = NeverRetry
 //	Tokens >= c*W:      admit, Tokens -= c*W
 //	otherwise:          deny, limited, RetryAfter = ceil((c*W - Tokens)/L)
-//	Remaining  = floor(Tokens/W)
+//	Remaining  = max(0, floor(Tokens/W))
 //	ResetAfter = ceil((full - Tokens)/L)
 //
-// No fraction of a token is lost between requests: a client that always waits its RetryAfter
+// Tokens is below zero after a late charge into debt (see Charger); the formulas hold as they
+// are, and a request then waits for the debt to be refilled as well. No fraction of a token is lost between requests: a client that always waits its RetryAfter
 // gets exactly cap + floor(L*(t1-t0)/W) units of cost 1 through in [t0, t1] from a full bucket.
 func (s *TokenBucketState) Take(lim Limit, c, now int64) Result { return s.take(&lim, c, now) }
 
@@ -61,7 +62,7 @@ func (s *TokenBucketState) take(lim *Limit, c, now int64) Result {
 	default:
 		r = Result{Limit: capacity, RetryAfter: ms(ceilDiv(c*W-s.Tokens, L)), Reason: ReasonLimited}
 	}
-	r.Remaining = s.Tokens / W
+	r.Remaining = max(0, s.Tokens/W) // Tokens < 0: in debt after a late charge (Charge)
 	r.ResetAfter = ms(ceilDiv(full-s.Tokens, L))
 	return r
 }

@@ -18,6 +18,7 @@ import (
 	"slices"
 	"time"
 
+	kgzip "github.com/klauspost/compress/gzip"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 
@@ -164,7 +165,10 @@ type Rule struct {
 	Key       []KeyPart `json:"key"`
 	Algorithm string    `json:"algorithm"`
 	Limit     int64     `json:"limit"`
-	WindowMs  int64     `json:"windowMs"`
+	// WindowMs is the window; 0 for a calendar rule.
+	WindowMs int64 `json:"windowMs"`
+	// Calendar, when set, makes a FixedWindow count per calendar period of a time zone.
+	Calendar *Calendar `json:"calendar,omitempty"`
 	// Burst is the bucket capacity (TokenBucket and LeakyBucket only; Limit when unset).
 	Burst int64 `json:"burst,omitempty"`
 	// LeakyMode is Meter or Queue for LeakyBucket, empty otherwise.
@@ -174,7 +178,47 @@ type Rule struct {
 	// CostHeader is the canonical name of the header that may carry the cost.
 	CostHeader string   `json:"costHeader,omitempty"`
 	Mode       RuleMode `json:"mode"`
+	// Lease, when set, makes the sidecars lease units of the shared limit in advance and
+	// spend them locally (package lease); nil decides every request in the store.
+	Lease *Lease `json:"lease,omitempty"`
+	// CountWhen, when not empty, lists the response statuses whose requests count: the
+	// request is checked at admission and charged after the response only if its status is
+	// in one of the ranges.
+	CountWhen []StatusRange `json:"countWhen,omitempty"`
 }
+
+// StatusRange is an inclusive range of HTTP statuses, Lo <= Hi, both in 100..599.
+type StatusRange struct {
+	Lo int `json:"lo"`
+	Hi int `json:"hi"`
+}
+
+// Counts reports whether status is in one of the ranges.
+func Counts(ranges []StatusRange, status int) bool {
+	for _, r := range ranges {
+		if r.Lo <= status && status <= r.Hi {
+			return true
+		}
+	}
+	return false
+}
+
+// Calendar is a calendar window: Period (limiter.Day, Week or Month) in the IANA TimeZone.
+type Calendar struct {
+	Period   string `json:"period"`
+	TimeZone string `json:"timeZone"`
+}
+
+// Lease is a rule's leasing parameters.
+type Lease struct {
+	// MaxAgeMs is how long leased units stay usable, 1..10000 ms.
+	MaxAgeMs int64 `json:"maxAgeMs"`
+	// MaxUnits caps one lease, 1..the limit's capacity; 0 means derived from the rate.
+	MaxUnits int64 `json:"maxUnits,omitempty"`
+}
+
+// MaxAge is MaxAgeMs as a Duration.
+func (l Lease) MaxAge() time.Duration { return time.Duration(l.MaxAgeMs) * time.Millisecond }
 
 // RuleMode says whether a rule rejects requests or only counts them.
 type RuleMode string
@@ -234,8 +278,14 @@ type KeyPart struct {
 	Name   string `json:"name,omitempty"`
 }
 
-// LimiterLimit returns the limiter parameters of the rule.
+// LimiterLimit returns the limiter parameters of the rule. A calendar rule whose zone does
+// not load gets no Zone, which Validate rejects (validate names the zone's error).
 func (r Rule) LimiterLimit() limiter.Limit {
+	if c := r.Calendar; c != nil {
+		zone, _ := limiter.LoadZone(c.TimeZone)
+		p := limiter.Period(c.Period)
+		return limiter.Limit{Algorithm: limiter.Algorithm(r.Algorithm), Limit: r.Limit, Window: p.Nominal(), Period: p, Zone: zone}
+	}
 	return limiter.Limit{
 		Algorithm: limiter.Algorithm(r.Algorithm),
 		Limit:     r.Limit,
@@ -331,14 +381,41 @@ func (p Policy) Validate() error {
 }
 
 func (r Rule) validate() error {
+	if c := r.Calendar; c != nil {
+		if r.WindowMs != 0 {
+			return errors.New("calendar and windowMs are both set")
+		}
+		if _, err := limiter.LoadZone(c.TimeZone); err != nil {
+			return fmt.Errorf("calendar: %w", err)
+		}
+	}
 	if err := r.LimiterLimit().Validate(); err != nil {
 		return err
 	}
 	if r.Cost < 1 || r.Cost > r.LimiterLimit().Capacity() {
 		return fmt.Errorf("cost %d is outside 1..%d", r.Cost, r.LimiterLimit().Capacity())
 	}
+	for _, sr := range r.CountWhen {
+		if sr.Lo < 100 || sr.Hi > 599 || sr.Lo > sr.Hi {
+			return fmt.Errorf("countWhen range %d-%d is not within 100..599", sr.Lo, sr.Hi)
+		}
+	}
+	if len(r.CountWhen) > 0 && !r.LimiterLimit().LateChargeable() {
+		return fmt.Errorf("countWhen applies only to FixedWindow and TokenBucket, not %s", r.Algorithm)
+	}
 	if r.Mode != Enforce && r.Mode != Shadow {
 		return fmt.Errorf("mode %q is not Enforce or Shadow", r.Mode)
+	}
+	if l := r.Lease; l != nil {
+		if err := r.LimiterLimit().Leasable(); err != nil {
+			return fmt.Errorf("lease: %w", err)
+		}
+		if l.MaxAge() < limiter.MinLeaseAge || l.MaxAge() > limiter.MaxLeaseAge {
+			return fmt.Errorf("lease.maxAgeMs %d is outside %d..%d", l.MaxAgeMs, limiter.MinLeaseAge.Milliseconds(), limiter.MaxLeaseAge.Milliseconds())
+		}
+		if l.MaxUnits < 0 || l.MaxUnits > r.LimiterLimit().Capacity() {
+			return fmt.Errorf("lease.maxUnits %d is outside 0..%d (0: derived from the rate)", l.MaxUnits, r.LimiterLimit().Capacity())
+		}
 	}
 	if len(r.Key) == 0 {
 		return errors.New("empty key")
@@ -450,7 +527,10 @@ func Encode(d *Document) (*Payload, error) {
 		return p, nil
 	}
 	var buf bytes.Buffer
-	zw, _ := gzip.NewWriterLevel(&buf, gzip.DefaultCompression) // a valid level: no error
+	// klauspost/compress's level 3 (any gzip reader reads it): measured on 2.7 MB of policies,
+	// 4 to 10 times faster than compress/gzip's default level with output as small or smaller,
+	// which is what a controller rendering large namespaces on every change pays.
+	zw, _ := kgzip.NewWriterLevel(&buf, 3) // a valid level: no error
 	if _, err := zw.Write(plain); err != nil {
 		return nil, err
 	}

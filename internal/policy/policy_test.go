@@ -38,9 +38,16 @@ func TestParseRejectsWhatReadersCannotUse(t *testing.T) {
 		"unknown key source": {func(d *Document) { d.Policies[0].Rules[0].Key[0].Source = "cookie" }, "cookie"},
 		"header key unnamed": {func(d *Document) { d.Policies[0].Rules[0].Key[0].Source = SourceHeader }, "without a name"},
 		"bad mode":           {func(d *Document) { d.Policies[0].Rules[0].Mode = "Loud" }, "mode"},
-		"pods unsorted":      {func(d *Document) { d.Policies[0].Replicas, d.Policies[0].Pods = 2, []string{"b", "a"} }, "not sorted"},
-		"pods twice":         {func(d *Document) { d.Policies[0].Replicas, d.Policies[0].Pods = 2, []string{"a", "a"} }, "not sorted"},
-		"pods miscounted":    {func(d *Document) { d.Policies[0].Replicas, d.Policies[0].Pods = 3, []string{"a", "b"} }, "replicas 3"},
+		"lease age zero":     {func(d *Document) { d.Policies[0].Rules[0].Lease = &Lease{} }, "lease.maxAgeMs 0"},
+		"lease age too long": {func(d *Document) { d.Policies[0].Rules[0].Lease = &Lease{MaxAgeMs: 10_001} }, "lease.maxAgeMs 10001"},
+		"lease above burst":  {func(d *Document) { d.Policies[0].Rules[0].Lease = &Lease{MaxAgeMs: 100, MaxUnits: 11} }, "lease.maxUnits 11"},
+		"lease on a log": {func(d *Document) {
+			d.Policies[0].Rules[0].Algorithm, d.Policies[0].Rules[0].Burst = "SlidingWindowLog", 0
+			d.Policies[0].Rules[0].Lease = &Lease{MaxAgeMs: 100}
+		}, "lease: leases do not apply to SlidingWindowLog"},
+		"pods unsorted":   {func(d *Document) { d.Policies[0].Replicas, d.Policies[0].Pods = 2, []string{"b", "a"} }, "not sorted"},
+		"pods twice":      {func(d *Document) { d.Policies[0].Replicas, d.Policies[0].Pods = 2, []string{"a", "a"} }, "not sorted"},
+		"pods miscounted": {func(d *Document) { d.Policies[0].Replicas, d.Policies[0].Pods = 3, []string{"a", "b"} }, "replicas 3"},
 		"bad selector": {func(d *Document) {
 			d.Policies[0].Selector.MatchExpressions = []metav1.LabelSelectorRequirement{{Key: "app", Operator: "Near"}}
 		}, "selector"},

@@ -6,9 +6,12 @@
 package render
 
 import (
+	"crypto/sha256"
 	"fmt"
+	"maps"
 	"net/textproto"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -16,8 +19,10 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/util/intstr"
 
 	"github.com/sluice-dev/sluice/api/v1alpha1"
+	"github.com/sluice-dev/sluice/internal/limiter"
 	"github.com/sluice-dev/sluice/internal/policy"
 )
 
@@ -61,11 +66,25 @@ func Compile(p *v1alpha1.RateLimitPolicy) (policy.Policy, error) {
 }
 
 func compileRule(r v1alpha1.Rule) (policy.Rule, error) {
-	window, err := parseMillis(string(r.Window))
-	if err != nil {
+	var (
+		window int64
+		cal    *policy.Calendar
+		err    error
+	)
+	if c := r.Calendar; c != nil {
+		if r.Window != "" {
+			return policy.Rule{}, fmt.Errorf("set exactly one of window and calendar")
+		}
+		cal = &policy.Calendar{Period: string(c.Period), TimeZone: orDefault(c.TimeZone, "UTC")}
+		// The schema checks the zone's spelling; only the time-zone database knows it.
+		if _, err := limiter.LoadZone(cal.TimeZone); err != nil {
+			return policy.Rule{}, fmt.Errorf("calendar.timeZone: %w", err)
+		}
+	} else if window, err = parseMillis(string(r.Window)); err != nil {
 		return policy.Rule{}, fmt.Errorf("window: %w", err)
 	}
 	out := policy.Rule{
+		Calendar:  cal,
 		Name:      r.Name,
 		Algorithm: string(r.Algorithm),
 		Limit:     r.Limit,
@@ -93,8 +112,26 @@ func compileRule(r v1alpha1.Rule) (policy.Rule, error) {
 	if r.Cost != nil {
 		out.Cost = *r.Cost
 	}
+	if l := r.Lease; l != nil {
+		out.Lease = &policy.Lease{}
+		if out.Lease.MaxAgeMs, err = parseMillis(string(l.MaxAge)); err != nil {
+			return policy.Rule{}, fmt.Errorf("lease.maxAge: %w", err)
+		}
+		if l.MaxUnits != nil {
+			out.Lease.MaxUnits = *l.MaxUnits
+		}
+	}
 	if r.CostHeader != "" {
 		out.CostHeader = canonicalHeader(string(r.CostHeader))
+	}
+	if cw := r.CountWhen; cw != nil {
+		for i, sc := range cw.StatusCodes {
+			sr, err := statusRange(sc)
+			if err != nil {
+				return policy.Rule{}, fmt.Errorf("countWhen.statusCodes[%d]: %w", i, err)
+			}
+			out.CountWhen = append(out.CountWhen, sr)
+		}
 	}
 	if m := r.Match; m != nil && (m.PathPrefix != "" || len(m.Methods) > 0 || len(m.Headers) > 0 || len(m.Descriptors) > 0) {
 		out.Match = &policy.Match{PathPrefix: m.PathPrefix}
@@ -144,6 +181,29 @@ func compileKeyPart(k v1alpha1.KeyPart) (policy.KeyPart, error) {
 		return policy.KeyPart{}, fmt.Errorf("sets %d sources; exactly one of clientIP, header, path, method, query, descriptor is allowed", len(parts))
 	}
 	return parts[0], nil
+}
+
+// statusRange is a countWhen entry: a code (401) or an inclusive range ("400-499").
+func statusRange(v intstr.IntOrString) (policy.StatusRange, error) {
+	var sr policy.StatusRange
+	if v.Type == intstr.Int {
+		sr = policy.StatusRange{Lo: int(v.IntVal), Hi: int(v.IntVal)}
+	} else {
+		lo, hi, isRange := strings.Cut(v.StrVal, "-")
+		if !isRange {
+			hi = lo
+		}
+		var err1, err2 error
+		sr.Lo, err1 = strconv.Atoi(lo)
+		sr.Hi, err2 = strconv.Atoi(hi)
+		if err1 != nil || err2 != nil {
+			return sr, fmt.Errorf("%q is not a status code or a range such as \"400-499\"", v.StrVal)
+		}
+	}
+	if sr.Lo < 100 || sr.Hi > 599 || sr.Lo > sr.Hi {
+		return sr, fmt.Errorf("%s is not a status code from 100 to 599 or a range of them", v.String())
+	}
+	return sr, nil
 }
 
 // parseMillis parses a Go duration that must be a whole number of milliseconds.
@@ -263,27 +323,44 @@ func BuildFit(namespace string, policies []v1alpha1.RateLimitPolicy, pods Pods, 
 }
 
 // Fitter is BuildFit with a memory: it remembers each namespace's last result, so that a
-// reconcile whose document has not changed (a status update, an unrelated pod) neither
-// compresses nor searches again. The zero value is ready; safe for concurrent use.
+// reconcile whose inputs have not changed (a status update, an event of the ConfigMap it
+// wrote) neither compiles, encodes, compresses nor searches again, and one whose document has
+// not changed does not compress or search. The zero value is ready; safe for concurrent use.
 type Fitter struct {
 	mu   sync.Mutex
 	last map[string]fitted
 }
 
 type fitted struct {
-	key      string
+	input    string // fingerprint of the inputs, "" when pods give none
+	key      string // hash of the document, the bound and the order
 	doc      *policy.Document
 	payload  *policy.Payload
+	verdicts map[string]Verdict
 	left     []string
 	full     int
 	accepted int
 }
 
-// BuildFit is the package's BuildFit, reusing the namespace's last Fit when the document,
-// the order and the bound are the same.
+// Fingerprinter is a Pods that can summarise, in a string, everything Ready and Shared
+// answer from: two equal fingerprints give equal answers.
+type Fingerprinter interface {
+	Fingerprint() string
+}
+
+// BuildFit is the package's BuildFit, reusing the namespace's last result when the inputs are
+// the same (policies by name, UID, generation, age and deletion; pods by fingerprint, when
+// they have one), and its last Fit when the document, the order and the bound are.
 func (f *Fitter) BuildFit(namespace string, policies []v1alpha1.RateLimitPolicy, pods Pods, maxBytes int) (*policy.Document, *policy.Payload, map[string]Verdict, error) {
 	if maxBytes <= 0 {
 		maxBytes = policy.MaxConfigMapBytes
+	}
+	input := inputFingerprint(policies, pods, maxBytes)
+	f.mu.Lock()
+	r, ok := f.last[namespace]
+	f.mu.Unlock()
+	if ok && input != "" && r.input == input {
+		return r.doc, r.payload, maps.Clone(r.verdicts), nil
 	}
 	doc, verdicts := Build(namespace, policies, pods)
 	var byAge []string
@@ -297,21 +374,12 @@ func (f *Fitter) BuildFit(namespace string, policies []v1alpha1.RateLimitPolicy,
 		return nil, nil, nil, err
 	}
 	key := fmt.Sprintf("%s\x00%d\x00%s", policy.Hash(plain), maxBytes, strings.Join(byAge, ","))
-	f.mu.Lock()
-	r, ok := f.last[namespace]
-	f.mu.Unlock()
 	if !ok || r.key != key {
 		kept, payload, left, full, err := Fit(doc, byAge, maxBytes)
 		if err != nil {
 			return nil, nil, nil, err
 		}
 		r = fitted{key: key, doc: kept, payload: payload, left: left, full: full, accepted: len(byAge)}
-		f.mu.Lock()
-		if f.last == nil {
-			f.last = map[string]fitted{}
-		}
-		f.last[namespace] = r
-		f.mu.Unlock()
 	}
 	for _, name := range r.left {
 		v := verdicts[name]
@@ -321,7 +389,29 @@ func (f *Fitter) BuildFit(namespace string, policies []v1alpha1.RateLimitPolicy,
 			r.accepted, size(r.full), size(r.full-maxBytes), size(maxBytes), len(r.left), r.accepted-len(r.left))
 		verdicts[name] = v
 	}
-	return r.doc, r.payload, verdicts, nil
+	r.input, r.verdicts = input, verdicts
+	f.mu.Lock()
+	if f.last == nil {
+		f.last = map[string]fitted{}
+	}
+	f.last[namespace] = r
+	f.mu.Unlock()
+	return r.doc, r.payload, maps.Clone(verdicts), nil
+}
+
+// inputFingerprint is what BuildFit's result depends on, or "" when pods cannot say.
+func inputFingerprint(policies []v1alpha1.RateLimitPolicy, pods Pods, maxBytes int) string {
+	fp, ok := pods.(Fingerprinter)
+	if !ok {
+		return ""
+	}
+	h := sha256.New()
+	fmt.Fprintf(h, "%d\x00%s\x00", maxBytes, fp.Fingerprint())
+	for i := range policies {
+		p := &policies[i]
+		fmt.Fprintf(h, "%s\x00%s\x00%d\x00%d\x00%t\x00", p.Name, p.UID, p.Generation, p.CreationTimestamp.UnixNano(), p.DeletionTimestamp.IsZero())
+	}
+	return string(h.Sum(nil))
 }
 
 // Forget drops a namespace's remembered result.
@@ -404,7 +494,11 @@ func sharedRuleName(a, b policy.Policy) (string, bool) {
 func Summary(p *v1alpha1.RateLimitPolicy) string {
 	parts := make([]string, 0, len(p.Spec.Rules))
 	for _, r := range p.Spec.Rules {
-		s := fmt.Sprintf("%s %d/%s", r.Algorithm, r.Limit, r.Window)
+		per := string(r.Window)
+		if c := r.Calendar; c != nil {
+			per = strings.ToLower(string(c.Period)) + " " + orDefault(c.TimeZone, "UTC")
+		}
+		s := fmt.Sprintf("%s %d/%s", r.Algorithm, r.Limit, per)
 		if r.Mode == v1alpha1.Shadow {
 			s += " (shadow)"
 		}
@@ -428,6 +522,9 @@ func (n FixedReplicas) Ready(labels.Selector) ([]string, int32) { return nil, in
 // Shared reports false: offline, no pod is known.
 func (FixedReplicas) Shared(_, _ labels.Selector) bool { return false }
 
+// Fingerprint is the number of pods: all FixedReplicas answers depend on.
+func (n FixedReplicas) Fingerprint() string { return fmt.Sprintf("replicas:%d", n) }
+
 // NamedPods answers Build for offline rendering for ready pods of these names, as the
 // controller would if every one of them were selected by every policy: each policy lists them
 // all (sorted), and any two policies share them, so a rule name two policies both define is a
@@ -445,6 +542,9 @@ func (p NamedPods) Ready(labels.Selector) ([]string, int32) {
 
 // Shared reports whether there is a pod.
 func (p NamedPods) Shared(_, _ labels.Selector) bool { return len(p) > 0 }
+
+// Fingerprint is the names.
+func (p NamedPods) Fingerprint() string { return "names:" + strings.Join(p, "\x00") }
 
 // The label on every ConfigMap the controller writes; the manager caches only those.
 const (

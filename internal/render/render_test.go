@@ -1,7 +1,11 @@
 package render
 
 import (
+	"k8s.io/apimachinery/pkg/util/intstr"
+
 	"encoding/json"
+	"fmt"
+	"math/rand/v2"
 	"os"
 	"path/filepath"
 	"slices"
@@ -10,6 +14,7 @@ import (
 
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
 	"sigs.k8s.io/yaml"
 
 	"github.com/sluice-dev/sluice/api/v1alpha1"
@@ -43,6 +48,15 @@ func TestCompileAppliesDefaultsAndNormalises(t *testing.T) {
 		strings.Join(z.Match.Methods, ",") != "GET,POST" || z.Match.Headers[0].Name != "X-Tier" {
 		t.Errorf("rule z: %+v %+v", z, z.Match)
 	}
+	p.Spec.Rules[1].Lease = &v1alpha1.LeaseSpec{MaxAge: "1s500ms", MaxUnits: ptr.To[int64](3)}
+	if got, err := Compile(p); err != nil || *got.Rules[0].Lease != (policy.Lease{MaxAgeMs: 1500, MaxUnits: 3}) || got.Rules[1].Lease != nil {
+		t.Errorf("lease: %v %+v", err, got.Rules)
+	}
+	p.Spec.Rules[1].Lease = &v1alpha1.LeaseSpec{MaxAge: "100us"}
+	if _, err := Compile(p); err == nil || !strings.Contains(err.Error(), "lease.maxAge") {
+		t.Errorf("a sub-millisecond lease compiled: %v", err)
+	}
+	p.Spec.Rules[1].Lease = nil
 	p.Spec.Rules[0].Window = "1500us"
 	if _, err := Compile(p); err == nil || !strings.Contains(err.Error(), "spec.rules[0] (z): window") {
 		t.Errorf("a sub-millisecond window compiled: %v", err)
@@ -178,5 +192,179 @@ func TestCompileDomain(t *testing.T) {
 	p.Spec.Rules[0].Key = []v1alpha1.KeyPart{{Descriptor: &v1alpha1.DescriptorKeyPart{Key: "remote_address"}}}
 	if _, err := Compile(&p); err == nil || !strings.Contains(err.Error(), "neither a selector nor a domain") {
 		t.Fatalf("a policy nothing enforces compiled: %v", err)
+	}
+}
+
+// bigPolicies are n policies of 64 rules, each rule's match carrying junk random hex bytes
+// that gzip cannot shrink below half: about 130 KiB compressed per policy with junk 4000.
+func bigPolicies(n, junk int) []v1alpha1.RateLimitPolicy {
+	rnd := rand.New(rand.NewPCG(1, 2))
+	hexs := func(k int) string {
+		const digits = "0123456789abcdef"
+		b := make([]byte, k)
+		for i := range b {
+			b[i] = digits[rnd.IntN(16)]
+		}
+		return string(b)
+	}
+	var out []v1alpha1.RateLimitPolicy
+	for i := range n {
+		p := v1alpha1.RateLimitPolicy{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: fmt.Sprintf("big-%02d", i),
+			CreationTimestamp: metav1.Unix(int64(1770000000+i), 0)}}
+		p.Spec.PodSelector = &metav1.LabelSelector{MatchLabels: map[string]string{"app": "web"}}
+		for j := range 64 {
+			r := v1alpha1.Rule{Name: fmt.Sprintf("%s-r%02d", p.Name, j), Key: []v1alpha1.KeyPart{{ClientIP: &v1alpha1.ClientIPKey{}}},
+				Algorithm: v1alpha1.TokenBucket, Limit: int64(10 + j), Window: "1m",
+				Match: &v1alpha1.RuleMatch{PathPrefix: "/api/" + hexs(junk/4)}}
+			for h := range 3 {
+				r.Match.Headers = append(r.Match.Headers, v1alpha1.HeaderMatch{Name: v1alpha1.HeaderName(fmt.Sprintf("x-h%d", h)), Value: hexs(junk / 4)})
+			}
+			p.Spec.Rules = append(p.Spec.Rules, r)
+		}
+		out = append(out, p)
+	}
+	return out
+}
+
+// BenchmarkBuildFit is a reconcile's rendering of a namespace 10 policies of which do not fit:
+// "miss" renders after a change (a policy deleted), "hit" after an event that changed nothing.
+func BenchmarkBuildFit(b *testing.B) {
+	policies := bigPolicies(10, 4000)
+	b.Run("miss", func(b *testing.B) {
+		for i := 0; b.Loop(); i++ {
+			var f Fitter
+			if _, _, v, err := f.BuildFit("ns", policies[i%2:], FixedReplicas(3), 0); err != nil || !v[policies[9].Name].TooLarge {
+				b.Fatal(err, v[policies[9].Name])
+			}
+		}
+	})
+	b.Run("hit", func(b *testing.B) {
+		var f Fitter
+		if _, _, _, err := f.BuildFit("ns", policies, FixedReplicas(3), 0); err != nil {
+			b.Fatal(err)
+		}
+		for b.Loop() {
+			if _, _, _, err := f.BuildFit("ns", policies, FixedReplicas(3), 0); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+}
+
+// TestFitterRemembers checks that the Fitter's memory returns what a fresh BuildFit returns,
+// and forgets on every input that matters: a deleted policy brings the next one in, a changed
+// generation or pod set renders again.
+func TestFitterRemembers(t *testing.T) {
+	policies := bigPolicies(6, 4000) // each over CompressThreshold plain, as a bound below it makes no sense
+	// Room for three and a half policies of the compressed form.
+	_, all, _, err := BuildFit("ns", policies, FixedReplicas(2), 0)
+	if err != nil || all.BinaryData == nil {
+		t.Fatal(err, "or not compressed")
+	}
+	maxBytes := all.Size() / 6 * 7 / 2
+	var f Fitter
+	check := func(name string, policies []v1alpha1.RateLimitPolicy, pods Pods, wantIn []string) map[string]Verdict {
+		t.Helper()
+		doc, payload, verdicts, err := f.BuildFit("ns", policies, pods, maxBytes)
+		if err != nil {
+			t.Fatal(err)
+		}
+		fdoc, fpayload, fverdicts, err := BuildFit("ns", policies, pods, maxBytes)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if payload.Hash != fpayload.Hash || len(verdicts) != len(fverdicts) {
+			t.Fatalf("%s: remembered payload %.12s (%d verdicts), fresh %.12s (%d)", name, payload.Hash, len(verdicts), fpayload.Hash, len(fverdicts))
+		}
+		for n, v := range fverdicts {
+			if (verdicts[n].Err == nil) != (v.Err == nil) || verdicts[n].TooLarge != v.TooLarge || verdicts[n].MatchedPods != v.MatchedPods {
+				t.Fatalf("%s: %s remembered %+v, fresh %+v", name, n, verdicts[n], v)
+			}
+		}
+		var got []string
+		for _, p := range doc.Policies {
+			got = append(got, p.Name)
+		}
+		if !slices.Equal(got, wantIn) || len(fdoc.Policies) != len(wantIn) {
+			t.Fatalf("%s: rendered %v, want %v", name, got, wantIn)
+		}
+		return verdicts
+	}
+	t.Logf("six policies: %d bytes, bound %d", all.Size(), maxBytes)
+	v := check("first", policies, FixedReplicas(2), []string{"big-00", "big-01", "big-02"})
+	if !v["big-03"].TooLarge || v["big-03"].MatchedPods != 2 {
+		t.Fatalf("big-03: %+v", v["big-03"])
+	}
+	check("same again", policies, FixedReplicas(2), []string{"big-00", "big-01", "big-02"})
+	check("oldest deleted", policies[1:], FixedReplicas(2), []string{"big-01", "big-02", "big-03"})
+	v = check("pods changed", policies[1:], FixedReplicas(5), []string{"big-01", "big-02", "big-03"})
+	if v["big-01"].MatchedPods != 5 {
+		t.Fatalf("big-01 after the pods changed: %+v", v["big-01"])
+	}
+	edited := slices.Clone(policies[1:])
+	edited[0] = *edited[0].DeepCopy()
+	edited[0].Spec.Rules = edited[0].Spec.Rules[:1]
+	edited[0].Generation++
+	check("oldest shrunk", edited, FixedReplicas(5), []string{"big-01", "big-02", "big-03", "big-04"})
+}
+
+// TestCompileCalendar renders a calendar rule, its zone defaulted to UTC, and refuses a zone
+// the time-zone database does not know, naming the field.
+func TestCompileCalendar(t *testing.T) {
+	p := &v1alpha1.RateLimitPolicy{}
+	p.Name = "p"
+	p.Spec.PodSelector = &metav1.LabelSelector{}
+	p.Spec.Rules = []v1alpha1.Rule{{Name: "m", Key: []v1alpha1.KeyPart{{ClientIP: &v1alpha1.ClientIPKey{}}}, Algorithm: v1alpha1.FixedWindow,
+		Limit: 100000, Calendar: &v1alpha1.CalendarSpec{Period: v1alpha1.Month}}}
+	got, err := Compile(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := got.Rules[0]
+	if r.WindowMs != 0 || r.Calendar == nil || *r.Calendar != (policy.Calendar{Period: "Month", TimeZone: "UTC"}) {
+		t.Errorf("rule: %+v", r)
+	}
+	if lim := r.LimiterLimit(); lim.Period != "Month" || lim.Zone.String() != "UTC" || lim.Validate() != nil {
+		t.Errorf("limit %+v: %v", lim, lim.Validate())
+	}
+	if s := Summary(p); s != "FixedWindow 100000/month UTC" {
+		t.Errorf("summary %q", s)
+	}
+	p.Spec.Rules[0].Calendar.TimeZone = "Mars/Olympus_Mons"
+	if _, err := Compile(p); err == nil || !strings.Contains(err.Error(), `spec.rules[0] (m): calendar.timeZone: time zone "Mars/Olympus_Mons"`) {
+		t.Errorf("an unknown zone compiled: %v", err)
+	}
+	p.Spec.Rules[0].Calendar.TimeZone = "UTC"
+	p.Spec.Rules[0].Window = "1h"
+	if _, err := Compile(p); err == nil || !strings.Contains(err.Error(), "exactly one of window and calendar") {
+		t.Errorf("window and calendar compiled: %v", err)
+	}
+}
+
+// TestCompileCountWhen renders countWhen's codes and ranges and refuses malformed ones,
+// which the schema cannot check within the API server's CEL budget.
+func TestCompileCountWhen(t *testing.T) {
+	p := &v1alpha1.RateLimitPolicy{}
+	p.Name = "p"
+	p.Spec.PodSelector = &metav1.LabelSelector{}
+	p.Spec.Rules = []v1alpha1.Rule{{Name: "f", Key: []v1alpha1.KeyPart{{ClientIP: &v1alpha1.ClientIPKey{}}}, Algorithm: v1alpha1.FixedWindow,
+		Limit: 10, Window: "1h", CountWhen: &v1alpha1.CountWhen{StatusCodes: []intstr.IntOrString{intstr.FromInt32(401), intstr.FromString("500-599")}}}}
+	got, err := Compile(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cw := got.Rules[0].CountWhen; len(cw) != 2 || cw[0] != (policy.StatusRange{Lo: 401, Hi: 401}) || cw[1] != (policy.StatusRange{Lo: 500, Hi: 599}) {
+		t.Errorf("countWhen %+v", cw)
+	}
+	for _, bad := range []intstr.IntOrString{intstr.FromInt32(99), intstr.FromInt32(600), intstr.FromString("499-400"), intstr.FromString("4xx"), intstr.FromString("400-")} {
+		p.Spec.Rules[0].CountWhen.StatusCodes = []intstr.IntOrString{bad}
+		if _, err := Compile(p); err == nil || !strings.Contains(err.Error(), "countWhen.statusCodes[0]") {
+			t.Errorf("%s compiled: %v", bad.String(), err)
+		}
+	}
+	p.Spec.Rules[0].CountWhen.StatusCodes = []intstr.IntOrString{intstr.FromInt32(401)}
+	p.Spec.Rules[0].Algorithm = v1alpha1.SlidingWindowCounter
+	if _, err := Compile(p); err == nil || !strings.Contains(err.Error(), "countWhen applies only to FixedWindow and TokenBucket") {
+		t.Errorf("countWhen on SlidingWindowCounter compiled: %v", err)
 	}
 }

@@ -135,7 +135,7 @@ func (s *Server) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitReques
 	sc.res = append(sc.res[:0], make([]limiter.Result, len(sc.lt))...)
 	// TakeRequest keeps the decided rules in place, in order, and drops the Open ones: match
 	// them back to their descriptors by walking both lists.
-	decidedRules, decidedTakes, out := s.opts.Decider.TakeRequest(ctx, sc.pols, sc.rules, sc.lt, now, sc.res)
+	decidedRules, decidedTakes, out, _ := s.opts.Decider.TakeRequest(ctx, sc.pols, sc.rules, sc.lt, now, sc.res)
 	defer func() { s.opts.Metrics.DecisionSeconds.Observe(s.opts.Clock.Since(now).Seconds()) }()
 	switch out {
 	case decide.Unavailable:

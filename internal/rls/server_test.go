@@ -81,8 +81,8 @@ func (e *env) replica(t *testing.T, podName string, remote decide.Store) *env {
 	if err := r.loader.Load(); err != nil {
 		t.Fatal(err)
 	}
-	d := &decide.Decider{Remote: remote, Local: limiter.NewMemoryStore(limiter.MemoryStoreOptions{}), Metrics: r.m,
-		Breaker: breaker.New(breaker.Options{Cooldown: time.Hour, MaxCooldown: time.Hour})}
+	d := decide.New(decide.Options{Remote: remote, Local: limiter.NewMemoryStore(limiter.MemoryStoreOptions{}), Metrics: r.m,
+		Breaker: breaker.New(breaker.Options{Cooldown: time.Hour, MaxCooldown: time.Hour}), Log: log, Clock: e.clk})
 	srv := grpc.NewServer()
 	rlsv3.RegisterRateLimitServiceServer(srv, rls.New(rls.Options{Config: r.loader.Current, Decider: d, Metrics: r.m, Clock: e.clk}))
 	ln, err := net.Listen("tcp", "127.0.0.1:0")

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/sluice-dev/sluice/internal/limiter"
+	"github.com/sluice-dev/sluice/internal/policy"
 )
 
 // Rule is one rule of a multi-rule simulation: a name, its limit, and whether it is Shadow.
@@ -17,36 +18,89 @@ type Rule struct {
 	Name   string
 	Limit  limiter.Limit
 	Shadow bool
+	// CountWhen, when not empty, makes the rule check at admission and charge only requests
+	// whose response status (a trace line's status=) is in one of the ranges, as the sidecar.
+	CountWhen []policy.StatusRange
 }
 
-// ParseRule parses NAME=ALGORITHM,LIMIT,WINDOW[,shadow] (e.g. per-ip=FixedWindow,5,1h): a rule
-// of limit units per window, Burst the limit for the buckets.
+// ParseRule parses NAME=ALGORITHM,LIMIT,WINDOW[,shadow][,countWhen=CODES] (e.g.
+// per-ip=FixedWindow,5,1h): a rule of limit units per window, Burst the limit for the buckets.
+// WINDOW may be a calendar period, PERIOD@ZONE (Calendar), for FixedWindow. CODES are status
+// codes and ranges separated by '|', e.g. countWhen=401|403|500-599.
 func ParseRule(s string) (Rule, error) {
 	name, spec, ok := strings.Cut(s, "=")
 	f := strings.Split(spec, ",")
-	if !ok || name == "" || len(f) < 3 || len(f) > 4 || (len(f) == 4 && f[3] != "shadow") {
-		return Rule{}, fmt.Errorf("rule %q: want NAME=ALGORITHM,LIMIT,WINDOW[,shadow]", s)
+	if !ok || name == "" || len(f) < 3 || len(f) > 5 {
+		return Rule{}, fmt.Errorf("rule %q: want NAME=ALGORITHM,LIMIT,WINDOW[,shadow][,countWhen=CODES]", s)
+	}
+	var shadow bool
+	var countWhen []policy.StatusRange
+	for _, opt := range f[3:] {
+		codes, isCountWhen := strings.CutPrefix(opt, "countWhen=")
+		switch {
+		case opt == "shadow":
+			shadow = true
+		case isCountWhen:
+			for _, c := range strings.Split(codes, "|") {
+				lo, hi, isRange := strings.Cut(c, "-")
+				if !isRange {
+					hi = lo
+				}
+				l, err1 := strconv.Atoi(lo)
+				h, err2 := strconv.Atoi(hi)
+				if err1 != nil || err2 != nil || l < 100 || h > 599 || l > h {
+					return Rule{}, fmt.Errorf("rule %q: %q is not a status code from 100 to 599 or a range of them", s, c)
+				}
+				countWhen = append(countWhen, policy.StatusRange{Lo: l, Hi: h})
+			}
+		default:
+			return Rule{}, fmt.Errorf("rule %q: want NAME=ALGORITHM,LIMIT,WINDOW[,shadow][,countWhen=CODES]", s)
+		}
 	}
 	n, err := strconv.ParseInt(f[1], 10, 64)
 	if err != nil {
 		return Rule{}, fmt.Errorf("rule %q: limit %q is not a whole number", s, f[1])
 	}
-	w, err := time.ParseDuration(f[2])
-	if err != nil {
+	r := Rule{Name: name, Limit: limiter.Limit{Algorithm: limiter.Algorithm(f[0]), Limit: n}, Shadow: shadow, CountWhen: countWhen}
+	if strings.Contains(f[2], "@") {
+		if err := Calendar(&r.Limit, f[2]); err != nil {
+			return Rule{}, fmt.Errorf("rule %q: %w", s, err)
+		}
+	} else if r.Limit.Window, err = time.ParseDuration(f[2]); err != nil {
 		return Rule{}, fmt.Errorf("rule %q: window: %w", s, err)
 	}
-	r := Rule{Name: name, Limit: limiter.Limit{Algorithm: limiter.Algorithm(f[0]), Limit: n, Window: w}, Shadow: len(f) == 4}
 	if err := r.Limit.Validate(); err != nil {
 		return Rule{}, fmt.Errorf("rule %q: %w", s, err)
 	}
+	if len(countWhen) > 0 && !r.Limit.LateChargeable() {
+		return Rule{}, fmt.Errorf("rule %q: countWhen applies only to FixedWindow and TokenBucket", s)
+	}
 	return r, nil
+}
+
+// Calendar makes lim a calendar window from PERIOD@ZONE, e.g. Month@Europe/Berlin (Day, Week
+// or Month; the zone an IANA name, UTC when empty): its Period, Zone and Window (the period's
+// nominal length).
+func Calendar(lim *limiter.Limit, spec string) error {
+	period, zone, _ := strings.Cut(spec, "@")
+	p := limiter.Period(period)
+	if p.Nominal() == 0 {
+		return fmt.Errorf("calendar %q: period %q is not Day, Week or Month", spec, period)
+	}
+	z, err := limiter.LoadZone(zone)
+	if err != nil {
+		return fmt.Errorf("calendar %q: %w", spec, err)
+	}
+	lim.Period, lim.Zone, lim.Window = p, z, p.Nominal()
+	return nil
 }
 
 // ReplayRules replays a multi-rule trace through store as the sidecar decides a request:
 // all of its rules in one TakeRequest, admitted only when every enforced rule admits, and only
 // then charged. Each line of in is "<ms> RULE=KEY [RULE=KEY...]" (ms non-decreasing, blank
 // lines ignored): the request matches the rules named, each with that key (a rule named twice
-// takes twice). For each request it writes "<ms> allow charged=A,B", or "<ms> deny by=A
+// takes twice); a field status=NNN is the response's status (200 when absent), which decides
+// whether the countWhen rules charge it (after the decision, as the sidecar). For each request it writes "<ms> allow charged=A,B", or "<ms> deny by=A
 // charged=-" with the enforced rules that denied, then "allowed=N denied=M". It stops at the
 // first bad line or store error, having written the decisions before it.
 func ReplayRules(in io.Reader, out io.Writer, store limiter.RequestStore, rules []Rule) error {
@@ -80,14 +134,21 @@ func ReplayRules(in io.Reader, out io.Writer, store limiter.RequestStore, rules 
 		prev = at
 		takes := make([]limiter.Take, 0, len(f)-1)
 		names := make([]string, 0, len(f)-1)
+		status := 200
 		for _, kv := range f[1:] {
+			if v, isStatus := strings.CutPrefix(kv, "status="); isStatus {
+				if status, err = strconv.Atoi(v); err != nil || status < 100 || status > 599 {
+					return fmt.Errorf("line %d: status %q is not a status code from 100 to 599", line, v)
+				}
+				continue
+			}
 			name, k, ok := strings.Cut(kv, "=")
 			r, known := byName[name]
 			if !ok || !known {
 				return fmt.Errorf("line %d: %q is not RULE=KEY of a rule given", line, kv)
 			}
 			// Each rule its own key space, as the sidecar's keys name their policy and rule.
-			takes = append(takes, limiter.Take{Key: name + "\x00" + k, Limit: r.Limit, N: 1, Shadow: r.Shadow})
+			takes = append(takes, limiter.Take{Key: name + "\x00" + k, Limit: r.Limit, N: 1, Shadow: r.Shadow, Check: len(r.CountWhen) > 0})
 			names = append(names, name)
 		}
 		res := make([]limiter.Result, len(takes))
@@ -98,6 +159,18 @@ func ReplayRules(in io.Reader, out io.Writer, store limiter.RequestStore, rules 
 		var charged, by []string
 		for i := range takes {
 			switch {
+			case admitted && takes[i].Check:
+				if !policy.Counts(byName[names[i]].CountWhen, status) {
+					continue
+				}
+				ch, ok := store.(limiter.Charger)
+				if !ok {
+					return fmt.Errorf("line %d: the store takes no charges after the response", line)
+				}
+				if _, err := ch.Charge(ctx, takes[i].Key, takes[i].Limit, takes[i].N, time.UnixMilli(at)); err != nil {
+					return fmt.Errorf("line %d: %w", line, err)
+				}
+				charged = append(charged, names[i])
 			case admitted && res[i].Allowed:
 				charged = append(charged, names[i])
 			case !admitted && !res[i].Allowed && !takes[i].Shadow:

@@ -58,6 +58,8 @@ type Config struct {
 	RedisPasswordSecret *corev1.SecretKeySelector
 	// RedisTimeout is passed as --redis-timeout when not zero.
 	RedisTimeout time.Duration
+	// RedisIdleTimeout is passed as --redis-idle-timeout when not zero.
+	RedisIdleTimeout time.Duration
 	// Resources of the sidecar; DefaultResources when nil.
 	Resources *corev1.ResourceRequirements
 	// ExcludedNamespaces are never mutated, even if the webhook configuration's
@@ -92,6 +94,9 @@ func (c *Config) Validate() error {
 		if err := validTimeout(c.RedisTimeout); err != nil {
 			errs = append(errs, fmt.Errorf("redis timeout: %w", err))
 		}
+	}
+	if c.RedisIdleTimeout < 0 {
+		errs = append(errs, fmt.Errorf("redis idle timeout: %s is negative", c.RedisIdleTimeout))
 	}
 	return errors.Join(errs...)
 }
@@ -315,6 +320,9 @@ func (c *Config) container(o options) corev1.Container {
 	}
 	if o.redisTimeout != 0 {
 		args = append(args, inject.Arg(inject.FlagRedisTimeout, o.redisTimeout.String()))
+	}
+	if c.RedisIdleTimeout != 0 {
+		args = append(args, inject.Arg(inject.FlagRedisIdleTimeout, c.RedisIdleTimeout.String()))
 	}
 	probe := func(urlPath string, period, failures int32) *corev1.Probe {
 		return &corev1.Probe{

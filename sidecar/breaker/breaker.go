@@ -5,6 +5,7 @@
 package breaker
 
 import (
+	"math/rand/v2"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -51,6 +52,10 @@ type Options struct {
 	MaxCooldown time.Duration
 	// Clock times the cooldown; nil means the real clock. Tests inject a fake one.
 	Clock clock.PassiveClock
+	// Jitter draws each cooldown uniformly from [cooldown/2, cooldown), so that the breakers of
+	// a fleet that opened at one instant (Redis went away for all of them) do not probe, and
+	// reconnect, at one instant.
+	Jitter bool
 	// OnTransition is called, with the breaker's lock held, on every state change. It must not
 	// call the breaker's Allow, Success, Failure or Release.
 	OnTransition func(from, to State, cooldown time.Duration)
@@ -172,7 +177,11 @@ func (b *Breaker) Release() {
 
 func (b *Breaker) openLocked() {
 	b.fails.Store(0)
-	b.openUntil = b.opts.Clock.Now().Add(b.cooldown)
+	cd := b.cooldown
+	if b.opts.Jitter && cd > 1 {
+		cd -= rand.N(cd / 2) //nolint:gosec // jitter, not a secret
+	}
+	b.openUntil = b.opts.Clock.Now().Add(cd)
 	b.setLocked(Open)
 }
 

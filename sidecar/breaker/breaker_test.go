@@ -154,3 +154,38 @@ func TestConcurrentUse(_ *testing.T) {
 		<-done
 	}
 }
+
+// TestJitterSpreadsTheProbes: breakers opened at one instant with Jitter half-open at instants
+// spread over [cooldown/2, cooldown], never later, and not all at one.
+func TestJitterSpreadsTheProbes(t *testing.T) {
+	const fleet, step = 100, 10 * time.Millisecond
+	c := clocktesting.NewFakeClock(time.Date(2026, 2, 5, 0, 0, 0, 0, time.UTC))
+	bs := make([]*Breaker, fleet)
+	for i := range bs {
+		bs[i] = New(Options{Threshold: 1, Cooldown: time.Second, Clock: c, Jitter: true})
+		bs[i].Failure()
+	}
+	probed := map[time.Duration]int{} // by step since the failures
+	for elapsed := time.Duration(0); elapsed <= time.Second; elapsed += step {
+		for i, b := range bs {
+			if b != nil && b.Allow() {
+				if elapsed < 500*time.Millisecond {
+					t.Fatalf("breaker %d half-opened %s after opening, before half the cooldown", i, elapsed)
+				}
+				probed[elapsed]++
+				bs[i] = nil
+			}
+		}
+		c.Step(step)
+	}
+	most, total := 0, 0
+	for _, n := range probed {
+		most, total = max(most, n), total+n
+	}
+	if total != fleet {
+		t.Fatalf("%d of %d breakers half-opened within the cooldown", total, fleet)
+	}
+	if len(probed) < 10 || most > fleet/4 {
+		t.Errorf("probes bunch: %d distinct %s steps, up to %d of %d in one", len(probed), step, most, fleet)
+	}
+}

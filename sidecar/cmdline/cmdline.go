@@ -27,13 +27,15 @@ type Options struct {
 	PodName                                            string
 	RedisURL                                           string
 	RedisTimeout                                       time.Duration
-	MetricsListen                                      string
-	BreakerThreshold                                   int
-	BreakerCooldown, BreakerMaxCooldown                time.Duration
-	ReloadInterval, ShutdownTimeout                    time.Duration
-	LocalMaxKeys                                       int
-	LogLevel                                           string
-	Pprof                                              bool
+	// RedisIdleTimeout closes Redis connections unused for that long; 0 never does.
+	RedisIdleTimeout                    time.Duration
+	MetricsListen                       string
+	BreakerThreshold                    int
+	BreakerCooldown, BreakerMaxCooldown time.Duration
+	ReloadInterval, ShutdownTimeout     time.Duration
+	LocalMaxKeys                        int
+	LogLevel                            string
+	Pprof                               bool
 	// MaxHeaderBytes, ReadHeaderTimeout and IdleTimeout bound what a client may send and how
 	// slowly (see proxy.ServerOptions).
 	MaxHeaderBytes                 int
@@ -64,6 +66,7 @@ func sharedFlags(fs *flag.FlagSet, o *Options) {
 	fs.StringVar(&o.PodName, inject.FlagPodName, "", "this pod's name (the webhook sets "+inject.EnvName(inject.FlagPodName)+" from the downward API); ranks the pod for its exact local share, which is 0 while empty and the policy lists its pods")
 	fs.StringVar(&o.RedisURL, inject.FlagRedisURL, "", "Redis URL ("+strings.Join(redisstore.URLSchemes(), "://, ")+"://); empty decides locally")
 	fs.DurationVar(&o.RedisTimeout, inject.FlagRedisTimeout, redisstore.DefaultTimeout, "budget of one Redis call")
+	fs.DurationVar(&o.RedisIdleTimeout, inject.FlagRedisIdleTimeout, redisstore.DefaultIdleTimeout, "close Redis connections unused for this long, so a quiet pod holds none (at most "+fmt.Sprint(redisstore.MaxConns)+" per Redis node otherwise); 0 never closes them")
 	fs.StringVar(&o.MetricsListen, inject.FlagMetricsListen, fmt.Sprintf(":%d", inject.DefaultMetricsPort), "address of /metrics, /healthz and /readyz")
 	fs.IntVar(&o.BreakerThreshold, inject.FlagBreakerThreshold, breaker.DefaultThreshold, "consecutive Redis failures that open the breaker")
 	fs.DurationVar(&o.BreakerCooldown, inject.FlagBreakerCooldown, breaker.DefaultCooldown, "how long the breaker stays open before a probe")

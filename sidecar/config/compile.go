@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/sluice-dev/sluice/internal/limiter"
+	"github.com/sluice-dev/sluice/internal/limiter/lease"
 	"github.com/sluice-dev/sluice/internal/policy"
 	"github.com/sluice-dev/sluice/sidecar/keys"
 	"github.com/sluice-dev/sluice/sidecar/metrics"
@@ -73,11 +74,16 @@ type Rule struct {
 	CostHeader string
 	// Shadow rules count and report but never deny or delay.
 	Shadow bool
+	// CountWhen, when not empty, makes the rule check at admission and charge after the
+	// response only when its status is in one of the ranges.
+	CountWhen []policy.StatusRange
 	// Queue is true for LeakyBucket Queue rules, which delay requests.
 	Queue bool
 	// Descriptors are the entries a descriptor rule matches (see policy.Match); nil for an
 	// HTTP rule.
 	Descriptors []policy.DescriptorEntry
+	// Lease is the rule's lease parameters; nil decides every request in the store.
+	Lease *lease.Params
 	// DraftPolicy is the RateLimit-Policy field value, `"name";q=capacity;w=seconds`.
 	DraftPolicy string
 	// LimitValue is the X-RateLimit-Limit value, the capacity in decimal.
@@ -195,7 +201,12 @@ func compilePolicyRules(p policy.Policy, podName string, m *metrics.Metrics, des
 		quoted := strconv.Quote(r.Name)           // rule names are DNS labels: a valid sf-string as is
 		window := max(CeilSeconds(lim.Window), 1) // the draft's w is a positive integer
 		local, zero := LocalShare(lim, p, podName)
+		var lp *lease.Params
+		if r.Lease != nil {
+			lp = &lease.Params{MaxAge: r.Lease.MaxAge(), MaxUnits: r.Lease.MaxUnits}
+		}
 		cp.Rules = append(cp.Rules, &Rule{
+			Lease:       lp,
 			Policy:      cp,
 			Name:        r.Name,
 			Match:       keys.CompileMatch(r.Match),
@@ -206,6 +217,7 @@ func compilePolicyRules(p policy.Policy, podName string, m *metrics.Metrics, des
 			Cost:        max(r.Cost, 1),
 			CostHeader:  r.CostHeader,
 			Shadow:      r.Mode == policy.Shadow,
+			CountWhen:   r.CountWhen,
 			Queue:       lim.Algorithm == limiter.LeakyBucket && lim.Mode == limiter.Queue,
 			Descriptors: descriptorsOf(r),
 			DraftPolicy: quoted + ";q=" + strconv.FormatInt(lim.Capacity(), 10) + ";w=" + strconv.FormatInt(window, 10),

@@ -7,6 +7,7 @@ package keys
 import (
 	"crypto/sha256"
 	"encoding/hex"
+	"fmt"
 	"net/http"
 	"net/netip"
 	"net/url"
@@ -320,6 +321,43 @@ func (k *Key) AppendDescriptor(dst []byte, value func(key string) string) []byte
 		dst = appendPart(dst, v)
 	}
 	return dst
+}
+
+// Parts is how many values the key is built from, one per key part.
+func (k *Key) Parts() int { return len(k.parts) }
+
+// FromValues returns the key a request carrying these values gets, one per key part in order
+// (a client address, a header's or query parameter's value, a path, a method): the request is
+// built and keyed by Append, the sidecar's own code, so the two cannot disagree. A client
+// address that is not an IP address is keyed verbatim, like a peer that is not one; an empty
+// header or query value gives the rule's Missing key.
+func (k *Key) FromValues(values []string) (string, error) {
+	if len(values) != len(k.parts) {
+		return "", fmt.Errorf("the key has %d parts, %d values given", len(k.parts), len(values))
+	}
+	req := Request{Header: HTTPHeader{}}
+	query := url.Values{}
+	for i, p := range k.parts {
+		v := values[i]
+		switch p.Source {
+		case policy.SourceClientIP:
+			if a, err := netip.ParseAddr(v); err == nil {
+				req.SetPeer(a)
+			} else {
+				req.RemoteAddr = v
+			}
+		case policy.SourceHeader:
+			req.Header.(HTTPHeader)[p.Name] = []string{v}
+		case policy.SourceQuery:
+			query.Set(p.Name, v)
+		case policy.SourcePath:
+			req.Path = v
+		case policy.SourceMethod:
+			req.Method = v
+		}
+	}
+	req.RawQuery = query.Encode()
+	return string(k.Append(nil, &req)), nil
 }
 
 func appendPart(dst []byte, v string) []byte {

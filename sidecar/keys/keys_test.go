@@ -180,3 +180,29 @@ func BenchmarkKeyAppend(b *testing.B) {
 		_ = k.Append(buf[:0], &req)
 	}
 }
+
+// TestFromValuesIsTheRequestsKey: the key sluicectl quota builds from values is the key the
+// sidecar builds from a request carrying them, for every source, a trusted proxy's peer and a
+// missing header.
+func TestFromValuesIsTheRequestsKey(t *testing.T) {
+	trusted, err := ParseTrusted([]string{"10.0.0.0/8"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	parts := []policy.KeyPart{{Source: policy.SourceHeader, Name: "X-Api-Key"}, {Source: policy.SourceClientIP},
+		{Source: policy.SourceQuery, Name: "tenant id"}, {Source: policy.SourcePath}, {Source: policy.SourceMethod}}
+	k := CompileKey("p", "r", parts, trusted)
+	req := Request{Method: "POST", Path: "/a b", RawQuery: "x=1&tenant+id=t%2F1", Header: HTTPHeader{"X-Api-Key": {"k,1"}}}
+	req.SetPeer(netip.MustParseAddr("198.18.0.7"))
+	want := string(k.Append(nil, &req))
+	got, err := k.FromValues([]string{"k,1", "198.18.0.7", "t/1", "/a b", "POST"})
+	if err != nil || got != want {
+		t.Fatalf("FromValues = %q, %v; the request's key is %q", got, err, want)
+	}
+	if got, _ := k.FromValues([]string{"", "198.18.0.7", "t", "/", "GET"}); got != k.Missing() {
+		t.Fatalf("an empty header value: %q, want the missing key %q", got, k.Missing())
+	}
+	if _, err := k.FromValues([]string{"a"}); err == nil {
+		t.Fatal("FromValues took one value for five parts")
+	}
+}

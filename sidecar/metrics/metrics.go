@@ -40,6 +40,10 @@ type Metrics struct {
 	QueueDelaySeconds  prometheus.Histogram
 	QueueAbandoned     prometheus.Counter
 	UpstreamErrors     prometheus.Counter
+	// OutageUnits counts the units admitted locally while Redis could not decide, by what
+	// became of them: "charged" to Redis when it was back, "expired" (their window passed
+	// first), "dropped" (the backlog was full, see proxy.Options.BacklogMaxKeys).
+	OutageUnits *prometheus.CounterVec
 }
 
 // New creates the collectors and registers them, with the Go and process collectors, on a new
@@ -62,7 +66,7 @@ func New() *Metrics {
 		}),
 		RedisErrors: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "sluice_redis_errors_total",
-			Help: "Redis calls that failed, by kind (timeout, unavailable).",
+			Help: "Redis calls that failed, by kind (timeout, unavailable; late_charge: a countWhen charge after the response).",
 		}, []string{"kind"}),
 		BreakerState: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "sluice_breaker_state",
@@ -101,12 +105,40 @@ func New() *Metrics {
 			Name: "sluice_upstream_errors_total",
 			Help: "Requests the upstream could not answer (answered 502 by the sidecar).",
 		}),
+		OutageUnits: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "sluice_outage_units_total",
+			Help: "Units admitted on the local share while Redis could not decide, by outcome: charged to Redis once it was back, expired with their window first, or dropped (backlog full).",
+		}, []string{"outcome"}),
 	}
 	m.Registry.MustRegister(m.requests, m.fallback, m.DecisionSeconds, m.RedisErrors, m.BreakerState,
 		m.BreakerTransitions, m.ConfigGeneration, m.ConfigReloads, m.ReloadFailures, m.ConfigPolicies,
-		m.QueueDelaySeconds, m.QueueAbandoned, m.UpstreamErrors,
+		m.QueueDelaySeconds, m.QueueAbandoned, m.UpstreamErrors, m.OutageUnits,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m
+}
+
+// LeaseStats is what the leasing engine counted (lease.Stats), for RegisterLeases.
+type LeaseStats struct {
+	Decisions, StoreCalls, Leases, UnitsReturned int64
+}
+
+// RegisterLeases registers the leased rules' counters, read from stats at each scrape:
+// sluice_lease_decisions_total and sluice_lease_store_calls_total (their ratio is the store
+// calls per decision), sluice_leases_total (leases taken) and sluice_lease_units_returned_total.
+func (m *Metrics) RegisterLeases(stats func() LeaseStats) {
+	counter := func(name, help string, v func(LeaseStats) int64) prometheus.Collector {
+		return prometheus.NewCounterFunc(prometheus.CounterOpts{Name: name, Help: help}, func() float64 { return float64(v(stats())) })
+	}
+	m.Registry.MustRegister(
+		counter("sluice_lease_decisions_total", "Decisions of leased rules, made from a lease or in Redis.",
+			func(s LeaseStats) int64 { return s.Decisions }),
+		counter("sluice_lease_store_calls_total", "Redis calls leased rules made: exact takes, lease issues and returns.",
+			func(s LeaseStats) int64 { return s.StoreCalls }),
+		counter("sluice_leases_total", "Leases taken from Redis with at least one unit.",
+			func(s LeaseStats) int64 { return s.Leases }),
+		counter("sluice_lease_units_returned_total", "Unused leased units given back to Redis when their lease ended.",
+			func(s LeaseStats) int64 { return s.UnitsReturned }),
+	)
 }
 
 // Rule holds one rule's counters, resolved once when the configuration is compiled so that a

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/sluice-dev/sluice/internal/limiter"
+	"github.com/sluice-dev/sluice/internal/policy"
 	"github.com/sluice-dev/sluice/sidecar/config"
 	"github.com/sluice-dev/sluice/sidecar/decide"
 	"github.com/sluice-dev/sluice/sidecar/keys"
@@ -64,9 +65,45 @@ type decision struct {
 	now time.Time
 	// delay is how long a passed request waits (LeakyBucket Queue) before it is proxied.
 	delay time.Duration
+	// late are the charges a passed request owes once its response is known (countWhen);
+	// settle makes them.
+	late []lateCharge
 }
 
-// Store is what the request path needs of a store: single takes and whole requests.
+// lateCharge is a countWhen rule's charge, made after the response if its status counts, on
+// the store that decided the request (local is true for the local store, with this pod's
+// share and cost).
+type lateCharge struct {
+	rule  *config.Rule
+	key   string
+	lim   limiter.Limit
+	n     int64
+	local bool
+}
+
+// settle makes a passed request's late charges for a response of status: those of the rules
+// whose countWhen lists it. A charge Redis cannot take is lost (counted in RedisErrors): the
+// request was admitted already, and the local store holds another share.
+func (h *Handler) settle(d *decision, status int) {
+	for i := range d.late {
+		c := &d.late[i]
+		if !policy.Counts(c.rule.CountWhen, status) {
+			continue
+		}
+		now := h.opts.Clock.Now()
+		if c.local {
+			_, _ = h.opts.Local.Charge(context.Background(), c.key, c.lim, c.n, now)
+			continue
+		}
+		if _, err := h.opts.Remote.Charge(context.Background(), c.key, c.lim, c.n, now); err != nil {
+			h.opts.Metrics.RedisErrors.WithLabelValues("late_charge").Inc()
+		}
+	}
+	d.late = nil
+}
+
+// Store is what the request path needs of a store: single takes, whole requests and late
+// charges.
 type Store = decide.Store
 
 // maxInline is how many matching rules a request decides without allocating its scratch.
@@ -105,7 +142,7 @@ func (h *Handler) decide(ctx context.Context, cfg *config.Config, req *keys.Requ
 			rules = append(rules, rule)
 			pols = append(pols, p)
 			takes = append(takes, limiter.Take{Key: string(buf[start:]), Limit: rule.Limit,
-				N: rule.CostFrom(req.Header), Shadow: rule.Shadow})
+				N: rule.CostFrom(req.Header), Shadow: rule.Shadow, Check: len(rule.CountWhen) > 0})
 		}
 	}
 	res := sc.res[:]
@@ -113,8 +150,11 @@ func (h *Handler) decide(ctx context.Context, cfg *config.Config, req *keys.Requ
 		res = make([]limiter.Result, len(takes))
 	}
 	res = res[:len(takes)]
-	var out decide.Outcome
-	rules, takes, out = h.decider.TakeRequest(ctx, pols, rules, takes, now, res)
+	var (
+		out   decide.Outcome
+		local bool
+	)
+	rules, takes, out, local = h.decider.TakeRequest(ctx, pols, rules, takes, now, res)
 	switch out {
 	case decide.Unavailable:
 		h.opts.Metrics.DecisionSeconds.Observe(h.opts.Clock.Since(now).Seconds())
@@ -131,13 +171,19 @@ func (h *Handler) decide(ctx context.Context, cfg *config.Config, req *keys.Requ
 			v.add(rule, res[i])
 		}
 	}
-	sc.reset()
-	h.opts.Metrics.DecisionSeconds.Observe(h.opts.Clock.Since(now).Seconds())
 	d := decision{action: pass, show: v.show, res: v.showRes, now: now, delay: v.delay}
 	if v.denied {
 		d.action = deny
 		d.delay = 0
+	} else if out == decide.Decided {
+		for i := range takes {
+			if takes[i].Check {
+				d.late = append(d.late, lateCharge{rule: rules[i], key: takes[i].Key, lim: takes[i].Limit, n: takes[i].N, local: local})
+			}
+		}
 	}
+	sc.reset()
+	h.opts.Metrics.DecisionSeconds.Observe(h.opts.Clock.Since(now).Seconds())
 	return d
 }
 

@@ -11,6 +11,7 @@ import (
 	"net/url"
 	"os"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -21,6 +22,7 @@ import (
 	clocktesting "k8s.io/utils/clock/testing"
 
 	"github.com/sluice-dev/sluice/internal/limiter"
+	"github.com/sluice-dev/sluice/internal/limiter/lease"
 	"github.com/sluice-dev/sluice/internal/limiter/redisstore"
 	"github.com/sluice-dev/sluice/internal/testutil/redisserver"
 	"github.com/sluice-dev/sluice/sidecar/breaker"
@@ -43,6 +45,7 @@ type env struct {
 	loader  *config.Loader
 	m       *metrics.Metrics
 	brk     *breaker.Breaker
+	leases  *lease.Engine
 	trans   atomic.Int64 // breaker transitions
 	srv     *testServer
 	client  *http.Client
@@ -130,6 +133,8 @@ func newEnv(t *testing.T, doc []byte, o envOpt) *env {
 		store := redisstore.New(client, ro)
 		t.Cleanup(func() { _ = store.Close() })
 		opts.Remote = store
+		e.leases = lease.New(store, lease.Options{})
+		opts.Leases = e.leases
 		cd := cmp(o.cooldown, 100*time.Millisecond)
 		e.brk = breaker.New(breaker.Options{Cooldown: cd, MaxCooldown: 4 * cd,
 			OnTransition: func(_, to breaker.State, _ time.Duration) {
@@ -186,6 +191,12 @@ func (e *env) upstream(w http.ResponseWriter, r *http.Request) {
 		return
 	case "/echo":
 		_, _ = io.Copy(w, r.Body)
+		return
+	}
+	if code, ok := strings.CutPrefix(r.URL.Path, "/status/"); ok { // answers with that status
+		n, _ := strconv.Atoi(code)
+		w.WriteHeader(n)
+		_, _ = io.WriteString(w, "status "+code)
 		return
 	}
 	w.Header().Set("X-Upstream-Xff", r.Header.Get("X-Forwarded-For"))

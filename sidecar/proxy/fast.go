@@ -576,11 +576,16 @@ const expectContinueTimeout = time.Second
 // expectContinueTimeout) tells the client to send the body, which Serve then forwards on the
 // same connection; a final answer is the client's, and its body is never read. A denial
 // likewise comes without a 100.
-func (h *Handler) expect(ctx *fasthttp.RequestCtx) int {
+func (h *Handler) expect(ctx *fasthttp.RequestCtx) (code int) {
 	a := &admitted{}
 	if !h.admit(ctx, a) {
 		return ctx.Response.StatusCode()
 	}
+	defer func() {
+		if code != fasthttp.StatusContinue { // a final answer: the request is done
+			h.settle(&a.d, code)
+		}
+	}()
 	if a.scan.isUpgrade() {
 		ctx.SetUserValue(admittedKey, a)
 		return fasthttp.StatusContinue
@@ -653,6 +658,7 @@ func (h *Handler) expect(ctx *fasthttp.RequestCtx) int {
 // forwardExpect sends the body of a request whose head expect sent, and makes the upstream's
 // final answer ctx's, body streamed.
 func (h *Handler) forwardExpect(ctx *fasthttp.RequestCtx, a *admitted) {
+	defer h.settleFast(ctx, &a.d)
 	req := &ctx.Request
 	var err error
 	if body := req.BodyStream(); body != nil {
@@ -720,6 +726,7 @@ func (u *upstreamResponse) Close() error {
 
 // forward sends the request to the upstream and makes its response ctx's, body streamed.
 func (h *Handler) forward(ctx *fasthttp.RequestCtx, s *requestScan, peer netip.Addr, d *decision) {
+	defer h.settleFast(ctx, d)
 	req := &ctx.Request
 	clientClose := req.Header.ConnectionClose()
 	s.prepare(&req.Header, peer, false)
@@ -758,6 +765,14 @@ func (h *Handler) forward(ctx *fasthttp.RequestCtx, s *requestScan, peer netip.A
 	}
 }
 
+// settleFast makes d's late charges for the status ctx answers with (the upstream's, or the
+// sidecar's 502 or 400), once the response head is known: countWhen needs no more.
+func (h *Handler) settleFast(ctx *fasthttp.RequestCtx, d *decision) {
+	if len(d.late) > 0 {
+		h.settle(d, ctx.Response.StatusCode())
+	}
+}
+
 // clientBody is a request's body stream that remembers whether reading it failed.
 type clientBody struct {
 	r   io.Reader
@@ -783,6 +798,7 @@ func (b *clientBody) release() {
 // switches protocols, the client's connection is hijacked and bytes are copied both ways
 // until either side closes.
 func (h *Handler) tunnel(ctx *fasthttp.RequestCtx, s *requestScan, peer netip.Addr, d *decision) {
+	defer h.settleFast(ctx, d)
 	req := &ctx.Request
 	s.prepare(&req.Header, peer, true)
 	req.UseHostHeader = true

@@ -24,6 +24,7 @@ import (
 	"github.com/valyala/fasthttp"
 	"k8s.io/utils/clock"
 
+	"github.com/sluice-dev/sluice/internal/limiter/lease"
 	"github.com/sluice-dev/sluice/sidecar/breaker"
 	"github.com/sluice-dev/sluice/sidecar/config"
 	"github.com/sluice-dev/sluice/sidecar/decide"
@@ -41,6 +42,13 @@ type Options struct {
 	Remote Store
 	// Breaker guards Remote; required when Remote is set.
 	Breaker *breaker.Breaker
+	// Leases decides the rules that have a lease (with Remote's store); nil decides them as
+	// the others.
+	Leases *lease.Engine
+	// MasterBreaker, when set and Remote is a MasterLocator (Redis Cluster), makes the breaker
+	// of each master, at its first use: a master that fails then sends only the keys of its
+	// slots to the fallback. Breaker still guards keys whose master is not known.
+	MasterBreaker func(addr string) *breaker.Breaker
 	// Local is the fallback store.
 	Local   Store
 	Metrics *metrics.Metrics
@@ -53,13 +61,18 @@ type Options struct {
 	// and reset_at), times a queued request's delay and the decision latency; nil means the
 	// real clock.
 	Clock clock.Clock
+	// BacklogMaxKeys and BacklogMaxBytes bound the usage kept, while Remote cannot decide, to
+	// be charged to it once it is back (when Remote is a Charger): at most that many keys, and
+	// that many bytes of keys (each counted with a fixed overhead); zero means
+	// DefaultBacklogMaxKeys, DefaultBacklogMaxBytes. Admissions on further keys are not kept.
+	BacklogMaxKeys, BacklogMaxBytes int
 }
 
 // Handler is the sidecar's request path: an http.Handler for h2c and a fasthttp handler
 // (Serve, through a Server) for HTTP/1.x. Safe for concurrent use.
 type Handler struct {
 	opts    Options
-	decider decide.Decider
+	decider *decide.Decider
 	proxy   *httputil.ReverseProxy
 	// grpc is proxy over h2c to the upstream, for gRPC calls arriving over h2c.
 	grpc *httputil.ReverseProxy
@@ -68,6 +81,23 @@ type Handler struct {
 	upAddr string
 	upTLS  bool
 }
+
+// BreakerState is the worst state of the Handler's breakers (Open over HalfOpen over Closed):
+// for the sluice_breaker_state gauge, which says whether any of Redis is being decided without.
+func (h *Handler) BreakerState() breaker.State { return h.decider.BreakerState() }
+
+// MasterLocator is decide.MasterLocator: a Remote that is one gets a breaker per master.
+type MasterLocator = decide.MasterLocator
+
+// Charger is decide.Charger: a Remote that is one gets a backlog of the usage admitted
+// locally while it could not decide.
+type Charger = decide.Charger
+
+// Defaults of the backlog's bounds (Options.BacklogMaxKeys, Options.BacklogMaxBytes).
+const (
+	DefaultBacklogMaxKeys  = decide.DefaultBacklogMaxKeys
+	DefaultBacklogMaxBytes = decide.DefaultBacklogMaxBytes
+)
 
 // NewTransport returns the upstream transport: HTTP/1.1 keep-alive with a pool sized for a
 // busy pod, no transparent compression (the client's Accept-Encoding passes through as is).
@@ -109,7 +139,9 @@ func New(opts Options) *Handler {
 		opts.Transport = NewTransport()
 	}
 	h.opts = opts
-	h.decider = decide.Decider{Remote: opts.Remote, Breaker: opts.Breaker, Local: opts.Local, Metrics: opts.Metrics}
+	h.decider = decide.New(decide.Options{Remote: opts.Remote, Breaker: opts.Breaker, Leases: opts.Leases,
+		MasterBreaker: opts.MasterBreaker, Local: opts.Local, Metrics: opts.Metrics, Log: opts.Log, Clock: opts.Clock,
+		BacklogMaxKeys: opts.BacklogMaxKeys, BacklogMaxBytes: opts.BacklogMaxBytes})
 	target := opts.Upstream
 	h.upAddr, h.upTLS = HostPort(target), target.Scheme == "https"
 	h.fast = newHostClient(h.upAddr, h.upTLS)
@@ -192,6 +224,11 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		if d.show != nil {
 			setHeaders(w.Header(), d.show, d.res)
 		}
+		if len(d.late) > 0 {
+			sw := &statusWriter{ResponseWriter: w, status: http.StatusOK}
+			defer func() { h.settle(&d, sw.status) }()
+			w = sw
+		}
 	}
 	if len(r.Trailer) > 0 && r.Body != nil && r.Body != http.NoBody {
 		tb := &trailerBody{ReadCloser: r.Body, src: r.Trailer}
@@ -204,6 +241,33 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	h.proxy.ServeHTTP(w, r)
 }
+
+// statusWriter remembers the status a response was written with, for countWhen's late
+// charges; Unwrap lets http.ResponseController reach the writer's Flush and Hijack.
+type statusWriter struct {
+	http.ResponseWriter
+	status      int
+	wroteHeader bool
+}
+
+func (w *statusWriter) WriteHeader(code int) {
+	if !w.wroteHeader && code >= 200 {
+		w.status, w.wroteHeader = code, true
+	}
+	w.ResponseWriter.WriteHeader(code)
+}
+
+func (w *statusWriter) Write(p []byte) (int, error) {
+	w.wroteHeader = true
+	return w.ResponseWriter.Write(p)
+}
+
+func (w *statusWriter) Flush() {
+	w.wroteHeader = true
+	http.NewResponseController(w.ResponseWriter).Flush() //nolint:errcheck // as http.Flusher, no error to report
+}
+
+func (w *statusWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
 
 // trailerBody carries a request's trailers to the outgoing request. httputil.ReverseProxy
 // clones the request's Trailer map before the body is read, when the values are still

@@ -175,7 +175,7 @@ func denial(rule *config.Rule, res limiter.Result, now time.Time) (int64, []byte
 	body, _ := json.Marshal(deniedBody{
 		Error: "rate_limit_exceeded",
 		Message: "Rate limit exceeded: rule " + strconv.Quote(rule.Name) + " of policy " + strconv.Quote(rule.Policy.Name) +
-			" allows " + strconv.FormatInt(res.Limit, 10) + " per " + rule.Limit.Window.String() +
+			" allows " + strconv.FormatInt(res.Limit, 10) + " per " + rule.Limit.Per() +
 			"; retry in " + strconv.FormatInt(retry, 10) + "s.",
 		RetryAfter: retry,
 		Limit:      res.Limit,

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -53,7 +54,8 @@ const senders = 2
 
 // directMax is how many calls send their own round trip before the rest are batched. Below a
 // few concurrent calls a pipeline has little to share, and the hand-offs to and from a sender
-// cost more than it saves; bench/redis.sh measured 1, 4 and 8 (see the commit message).
+// cost more than it saves; bench/redis.sh measured 1, 4 and 8 (see the commit message). A
+// call goes on its own only while a connection is free too (see wire).
 const directMax = 4
 
 // ErrClosed is wrapped by the *Error of a Take on a closed Store, or one whose batch was
@@ -86,7 +88,15 @@ type call struct {
 // batcher sends the calls queued on it as pipelines. Safe for concurrent use.
 type batcher struct {
 	client redis.UniversalClient
+	// node is the node's own client, which SCRIPT LOAD goes to: client itself on a single
+	// node, the master's node client on a cluster.
+	node   *redis.Client
 	minTTL int64 // the request script's ARGV[2]
+	// wire holds a token per round trip in flight to the node, at most MaxConns: a direct
+	// call takes one if it is free at once, a sender waits for one (and meanwhile more calls
+	// queue behind it), so the Store never needs more than MaxConns connections to the node
+	// whatever the load (see conns.go).
+	wire chan struct{}
 	// cluster groups calls by slot: a script may only touch one.
 	cluster bool
 	queue   chan *call
@@ -96,30 +106,85 @@ type batcher struct {
 	stop    chan struct{} // closed by close: senders return, callers give up
 	senders sync.WaitGroup
 	once    sync.Once
+	// live counts the senders running, for tests.
+	live atomic.Int64
+	// bg runs the script preloads (preload); bgMu and stopped keep them from starting once
+	// close waits for them.
+	bg      sync.WaitGroup
+	bgMu    sync.Mutex
+	stopped bool
+	// preloadWanted asks the preloading goroutine, preloading says it runs.
+	preloadWanted, preloading atomic.Bool
 	// active counts the calls in do; see there.
 	active atomic.Int64
 
 	// For tests and benchmarks: pipelines sent, the most calls one carried, script calls
-	// sent, the most groups one carried, NOSCRIPT recoveries.
-	batches, largest, scripts, coalesced, reloads atomic.Int64
+	// sent, the most groups one carried, NOSCRIPT recoveries, scripts preloaded (SCRIPT LOAD
+	// of a script the node did not have), most round trips in flight at once.
+	batches, largest, scripts, coalesced, reloads, preloads, inFlight, mostInFlight atomic.Int64
 }
 
-func newBatcher(client redis.UniversalClient, n int, minTTL int64) *batcher {
+// newBatcher starts a batcher of n senders sending to one node through client, node being
+// that node's own client. It preloads the scripts on the node now and after every new
+// connection (preload), without waiting for it.
+func newBatcher(client redis.UniversalClient, node *redis.Client, n int, minTTL int64) *batcher {
 	ctx, cancel := context.WithCancel(context.Background())
 	_, cluster := client.(*redis.ClusterClient)
 	b := &batcher{
 		client:  client,
+		node:    node,
 		minTTL:  minTTL,
 		cluster: cluster,
+		wire:    make(chan struct{}, MaxConns),
 		queue:   make(chan *call, queueLen),
 		ctx:     ctx,
 		cancel:  cancel,
 		stop:    make(chan struct{}),
 	}
 	for range n {
-		b.senders.Go(b.run)
+		b.live.Add(1)
+		b.senders.Go(func() {
+			defer b.live.Add(-1)
+			b.run()
+		})
+	}
+	if node != nil {
+		node.AddHook(preloadHook{b})
+		b.preload()
 	}
 	return b
+}
+
+// acquire takes a wire token, waiting for one (until close, or done is closed) unless now is
+// set; it reports whether it got one.
+func (b *batcher) acquire(now bool, done <-chan struct{}) bool {
+	if now {
+		select {
+		case b.wire <- struct{}{}:
+		default:
+			return false
+		}
+	} else {
+		select {
+		case b.wire <- struct{}{}:
+		case <-b.stop:
+			return false
+		case <-done:
+			return false
+		}
+	}
+	for n := b.inFlight.Add(1); ; {
+		m := b.mostInFlight.Load()
+		if n <= m || b.mostInFlight.CompareAndSwap(m, n) {
+			break
+		}
+	}
+	return true
+}
+
+func (b *batcher) release() {
+	b.inFlight.Add(-1)
+	<-b.wire
 }
 
 // close stops the senders and returns once every one has returned. Calls still queued or in
@@ -131,20 +196,29 @@ func (b *batcher) close() {
 		close(b.stop)
 		b.cancel()
 		b.senders.Wait()
+		b.bgMu.Lock()
+		b.stopped = true
+		b.bgMu.Unlock()
+		b.bg.Wait()
 	})
 }
 
 // do decides one group (see call) for one caller and returns its requestFields integers per
 // take, or ctx's error as soon as ctx is done, whether or not the batch is still in flight.
-// While at most directMax calls are in do, a call makes its own round trip (on its own pooled
-// connection, as an unbatched Store does); beyond that it queues for the next pipeline.
+// While at most directMax calls are in do and a wire token is free, a call makes its own round
+// trip (on a pooled connection, as an unbatched Store does); otherwise it queues for the next
+// pipeline.
 func (b *batcher) do(ctx context.Context, nowArg string, keys []string, args []any, takes int) ([]int64, error) {
 	defer b.active.Add(-1)
-	if b.active.Add(1) <= directMax {
+	if b.active.Add(1) <= directMax && len(b.queue) == 0 && b.acquire(true, nil) {
+		defer b.release()
 		select {
 		case <-b.stop:
 			return nil, ErrClosed
 		default:
+		}
+		if b.cluster {
+			return runPiped(ctx, b.client, nowArg, b.minTTL, keys, args, takes)
 		}
 		return runDirect(ctx, b.client, nowArg, b.minTTL, keys, args, takes)
 	}
@@ -183,6 +257,11 @@ func (b *batcher) run() {
 		case <-b.stop:
 			return
 		}
+		// The calls that queue while this waits for a connection join the batch.
+		if !b.acquire(false, nil) {
+			batch[0].finish(nil, ErrClosed)
+			return
+		}
 	fill:
 		for len(batch) < maxBatch {
 			select {
@@ -193,6 +272,7 @@ func (b *batcher) run() {
 			}
 		}
 		b.send(batch)
+		b.release()
 		clear(batch)
 		batch = batch[:0]
 	}
@@ -204,6 +284,7 @@ func (b *batcher) send(batch []*call) {
 	// waits for their decision, and sending them would count requests that were not served.
 	live := make([]*call, 0, len(batch))
 	var deadline time.Time
+	patient := false // a caller without a deadline
 	for _, c := range batch {
 		if err := c.ctx.Err(); err != nil {
 			c.finish(nil, err)
@@ -212,14 +293,23 @@ func (b *batcher) send(batch []*call) {
 		live = append(live, c)
 		// Take always sets a deadline (Options.Timeout); the pipeline may take as long as the
 		// most patient caller, and no longer: once every caller has gone, its replies are moot.
-		if d, ok := c.ctx.Deadline(); ok && d.After(deadline) {
+		// (Only tests call without one.)
+		if d, ok := c.ctx.Deadline(); !ok {
+			patient = true
+		} else if d.After(deadline) {
 			deadline = d
 		}
 	}
 	if len(live) == 0 {
 		return
 	}
-	ctx, cancel := context.WithDeadline(b.ctx, deadline)
+	var ctx context.Context
+	var cancel context.CancelFunc
+	if patient {
+		ctx, cancel = context.WithCancel(b.ctx)
+	} else {
+		ctx, cancel = context.WithDeadline(b.ctx, deadline)
+	}
 	defer cancel()
 	b.batches.Add(1)
 	for n := int64(len(live)); ; {
@@ -364,3 +454,149 @@ func hashTag(key string) string {
 }
 
 func isNoScript(err error) bool { return redis.HasErrorPrefix(err, "NOSCRIPT") }
+
+// Preloading. The request script is about 16 KB of Lua: the first EVAL on a node that does not
+// have it cached (a new or restarted Redis, a promoted replica) compiles it, which can take
+// longer than a decision's budget. So a batcher loads the scripts on its node (SCRIPT EXISTS,
+// then SCRIPT LOAD of those missing) when it starts and after each new connection to the node
+// (preloadHook), in the background: a Store comes up at once with Redis down, and a preload that
+// fails is tried again at the next connection. A preload takes a wire token like any round trip.
+
+// preloadTimeout bounds one preload, which holds the node's wire tokens meanwhile.
+const preloadTimeout = time.Second
+
+// preload asks for the scripts to be loaded on the node, in a goroutine of its own unless one
+// runs (which then loads them once more).
+func (b *batcher) preload() {
+	b.preloadWanted.Store(true)
+	if !b.preloading.CompareAndSwap(false, true) {
+		return
+	}
+	b.bgMu.Lock()
+	if b.stopped {
+		b.bgMu.Unlock()
+		b.preloading.Store(false)
+		return
+	}
+	b.bg.Add(1)
+	b.bgMu.Unlock()
+	go func() {
+		defer b.bg.Done()
+		for {
+			for b.preloadWanted.Swap(false) {
+				b.loadScripts()
+			}
+			b.preloading.Store(false)
+			// A request that came after the last Swap and found preloading still set.
+			if !b.preloadWanted.Load() || !b.preloading.CompareAndSwap(false, true) {
+				return
+			}
+		}
+	}()
+}
+
+// loadScripts loads the scripts the node does not have. It takes every wire token, so that it
+// runs on a connection left idle rather than dial one more: the call whose new connection
+// asked for the preload still holds it.
+func (b *batcher) loadScripts() {
+	for i := range MaxConns {
+		if !b.acquire(false, nil) {
+			for range i {
+				b.release()
+			}
+			return
+		}
+	}
+	defer func() {
+		for range MaxConns {
+			b.release()
+		}
+	}()
+	ctx, cancel := context.WithTimeout(b.ctx, preloadTimeout)
+	defer cancel()
+	scripts := []*script{requestScript}
+	if b.cluster {
+		scripts = append(scripts, refundScript)
+	}
+	hashes := make([]string, len(scripts))
+	for i, sc := range scripts {
+		hashes[i] = sc.Hash()
+	}
+	exists, err := b.node.ScriptExists(ctx, hashes...).Result()
+	if err != nil || len(exists) != len(scripts) {
+		return
+	}
+	for i, sc := range scripts {
+		if exists[i] {
+			continue
+		}
+		if err := b.node.ScriptLoad(ctx, sc.src).Err(); err != nil {
+			return
+		}
+		b.preloads.Add(1)
+	}
+}
+
+// preloadHook preloads the scripts after each new connection to the batcher's node.
+type preloadHook struct{ b *batcher }
+
+func (h preloadHook) DialHook(next redis.DialHook) redis.DialHook {
+	return func(ctx context.Context, network, addr string) (net.Conn, error) {
+		conn, err := next(ctx, network, addr)
+		if _, dead := conn.(*deadConn); err == nil && !dead {
+			h.b.preload()
+		}
+		return conn, err
+	}
+}
+
+func (h preloadHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook { return next }
+
+func (h preloadHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return next
+}
+
+// runPiped is runDirect for a cluster client: a pipeline of one script call, because go-redis
+// routes a lone command through its command table (COMMAND, asked of a random node, on a
+// connection left open there), and a pipeline by slot alone. NOSCRIPT is answered with EVAL.
+func runPiped(ctx context.Context, client redis.UniversalClient, nowArg string, minTTL int64, keys []string, args []any, takes int) ([]int64, error) {
+	argv := make([]any, 0, 2+len(args))
+	argv = append(append(argv, nowArg, minTTL), args...)
+	vals, err := evalPiped(ctx, client, requestScript, keys, argv...).Int64Slice()
+	if err == nil && len(vals) != requestFields*takes+1 {
+		err = fmt.Errorf("request script returned %d values for %d takes, want %d", len(vals), takes, requestFields*takes+1)
+	}
+	if err != nil {
+		return nil, err
+	}
+	return vals[:requestFields*takes], nil
+}
+
+// evalPiped runs sc as EVALSHA in a pipeline of its own, and as EVAL if the node answers
+// NOSCRIPT (which means it did not run).
+func evalPiped(ctx context.Context, client redis.UniversalClient, sc *script, keys []string, args ...any) *redis.Cmd {
+	pipe := client.Pipeline()
+	cmd := pipe.EvalSha(ctx, sc.Hash(), keys, args...)
+	_, _ = pipe.Exec(ctx)
+	if !isNoScript(cmd.Err()) {
+		return cmd
+	}
+	pipe = client.Pipeline()
+	cmd = pipe.Eval(ctx, sc.src, keys, args...)
+	_, _ = pipe.Exec(ctx)
+	return cmd
+}
+
+// roundTrip runs fn as one round trip to the node, holding a wire token; it fails with
+// ErrClosed after close, and with ctx's error if ctx ends while it waits for a token.
+func (b *batcher) roundTrip(ctx context.Context, fn func()) error {
+	if !b.acquire(false, ctx.Done()) {
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		return ErrClosed
+	}
+	defer b.release()
+	fn()
+	return nil
+}

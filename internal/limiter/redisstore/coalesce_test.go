@@ -22,7 +22,7 @@ type queued struct {
 
 // queueTake is the call Take makes for one take.
 func queueTake(ctx context.Context, s *Store, nowArg string, t limiter.Take) queued {
-	args := appendTake([]any{-1}, 1, &t)
+	args := appendTake([]any{-1}, 1, &t, time.Time{}) // no calendar limits here
 	return queued{&call{ctx: ctx, nowArg: nowArg, keys: s.Keys(t.Key, t.Limit), args: args, takes: 1, done: make(chan struct{})}, []limiter.Take{t}}
 }
 
@@ -42,7 +42,7 @@ func queueRequest(ctx context.Context, s *Store, nowArg string, takes []limiter.
 			keys = append(keys, rk)
 			k = len(keys)
 		}
-		args = appendTake(args, k, &takes[i])
+		args = appendTake(args, k, &takes[i], time.Time{})
 	}
 	return queued{&call{ctx: ctx, nowArg: nowArg, keys: keys, args: args, takes: len(takes), done: make(chan struct{})}, takes}
 }

@@ -16,6 +16,12 @@
 // pipelines (go-redis follows MOVED and ASK), so a hung master delays only its own keys. Close
 // stops the batchers.
 //
+// A Store keeps at most MaxConns (2) round trips in flight per Redis node, and the clients of
+// NewClient and NewClientFromURL hold at most that many connections per node, none to cluster
+// masters that hold none of the Store's keys, none at all once idle for ClientOptions.IdleTimeout;
+// a failed dial holds a node's dials back for a jittered, growing time, and a batcher loads the
+// scripts on its node when it starts and after each new connection (see conns.go, batch.go).
+//
 // # Key layout
 //
 // A limiter key k under Limit lim is stored in

@@ -6,6 +6,8 @@ import (
 	"testing"
 	"time"
 
+	"k8s.io/apimachinery/pkg/util/wait"
+
 	"github.com/sluice-dev/sluice/internal/limiter"
 	"github.com/sluice-dev/sluice/internal/testutil/redisserver"
 )
@@ -54,6 +56,17 @@ func TestKilledRedisFailsFast(t *testing.T) {
 		failedTake(t, s, lim, false)
 	}
 	srv.Restart()
+	// The failed dial started a backoff (see conns.go): calls fail at once until it runs out,
+	// within MaxDialBackoff, and a call after it reconnects.
+	probe := limiter.Limit{Algorithm: limiter.FixedWindow, Limit: 1000, Window: time.Hour}
+	var err error
+	_ = wait.PollUntilContextTimeout(t.Context(), 10*time.Millisecond, 10*MaxDialBackoff, true, func(context.Context) (bool, error) {
+		_, err = s.Take(context.Background(), "probe", probe, 1, time.Time{})
+		return err == nil, nil
+	})
+	if err != nil {
+		t.Fatalf("no Take succeeded within %s of the restart: %v", 10*MaxDialBackoff, err)
+	}
 	for _, lim := range limiter.Variants(10, time.Second, 0, time.Second) {
 		if r := mustTake(t, s, "k", lim, 1, time.Time{}); !r.Allowed {
 			t.Fatalf("%s after restart: %+v, want a fresh key's admission", lim.Name(), r)

@@ -99,24 +99,35 @@ func (s *Store) TakeRequest(ctx context.Context, takes []limiter.Take, now time.
 		args := make([]any, 0, 1+takeArgs*len(takes))
 		args = append(args, len(takes))
 		for i := range takes {
-			args = appendTake(args, keyOf[i]+1, &takes[i])
+			args = appendTake(args, keyOf[i]+1, &takes[i], now)
 		}
 		if _, _, err := s.runRequest(ctx, nowArg, keys, args, takes, res); err != nil {
 			return false, s.wrap(ctx, err, time.Since(start))
 		}
 		return limiter.Admitted(takes, res), nil
 	}
-	return s.reserve(ctx, start, keys, keyOf, takes, nowArg, res)
+	return s.reserve(ctx, start, keys, keyOf, takes, now, nowArg, res)
 }
 
-// appendTake appends a take's fields for the request script, naming its key by index k.
-func appendTake(args []any, k int, t *limiter.Take) []any {
+// appendTake appends a take's fields for the request script, naming its key by index k. A
+// calendar window's W and M fields carry the end and start of now's window (the caller's
+// clock, in the limit's time zone: the script has no time-zone database).
+func appendTake(args []any, k int, t *limiter.Take, now time.Time) []any {
 	lim := &t.Limit
 	shadow := 0
-	if t.Shadow {
+	switch {
+	case t.Check && t.Shadow:
+		shadow = 4
+	case t.Check:
+		shadow = 3
+	case t.Shadow:
 		shadow = 1
 	}
-	return append(args, k, algCode(lim), lim.Limit, lim.WindowMs(), lim.Capacity(), t.N, lim.MaxDelay.Milliseconds(), shadow)
+	w, m := lim.WindowMs(), lim.MaxDelay.Milliseconds()
+	if lim.Period != "" {
+		m, w = lim.CalendarBounds(now.UnixMilli())
+	}
+	return append(args, k, algCode(lim), lim.Limit, w, lim.Capacity(), t.N, m, shadow)
 }
 
 // runRequest runs the request script on one group (args: its count, then its takes) and
@@ -130,7 +141,9 @@ func (s *Store) runRequest(ctx context.Context, nowArg string, keys []string, ar
 	for i := range takes {
 		v := vals[requestFields*i:]
 		res[i] = resultFrom(v, takes[i].Limit.Capacity())
-		at, content = v[6], v[7]
+		if !takes[i].Check { // a check's content is what the state would have been
+			at, content = v[6], v[7]
+		}
 	}
 	return at, content, nil
 }
@@ -155,7 +168,7 @@ func resultFrom(v []int64, capacity int64) limiter.Result {
 // reserve is TakeRequest on Redis Cluster: one call per key, in parallel, each deciding and
 // charging that key's takes as a request of its own; then, unless the request is admitted, one
 // refund per call that charged something.
-func (s *Store) reserve(ctx context.Context, start time.Time, keys []string, keyOf []int, takes []limiter.Take, nowArg string, res []limiter.Result) (bool, error) {
+func (s *Store) reserve(ctx context.Context, start time.Time, keys []string, keyOf []int, takes []limiter.Take, now time.Time, nowArg string, res []limiter.Result) (bool, error) {
 	type call struct {
 		takes       []int // indices into takes
 		at, content int64 // for the refund
@@ -174,7 +187,7 @@ func (s *Store) reserve(ctx context.Context, start time.Time, keys []string, key
 			sub := make([]limiter.Take, len(c.takes))
 			for j, i := range c.takes {
 				sub[j] = takes[i]
-				args = appendTake(args, 1, &takes[i])
+				args = appendTake(args, 1, &takes[i], now)
 			}
 			out := make([]limiter.Result, len(sub))
 			c.at, c.content, c.err = s.runRequest(ctx, nowArg, keys[k:k+1], args, sub, out)
@@ -210,7 +223,9 @@ func (s *Store) reserve(ctx context.Context, start time.Time, keys []string, key
 		committed := true
 		for _, i := range c.takes {
 			if res[i].Allowed {
-				units += takes[i].N
+				if !takes[i].Check {
+					units += takes[i].N
+				}
 			} else if !takes[i].Shadow {
 				committed = false // the script charged nothing
 			}
@@ -218,10 +233,13 @@ func (s *Store) reserve(ctx context.Context, start time.Time, keys []string, key
 		if !committed || units == 0 {
 			continue
 		}
-		lim := &takes[c.takes[len(c.takes)-1]].Limit // the content is under its capacity
+		lim := &takes[c.takes[len(c.takes)-1]].Limit // the content is under its capacity (a key has one limit)
 		wg.Go(func() {
-			err := refundScript.Run(rctx, s.client, keys[k:k+1], s.minTTL, algCode(lim), lim.Limit,
-				lim.WindowMs(), lim.Capacity(), units, c.at, c.content).Err()
+			// On the key's master's connections, like every round trip (see conns.go).
+			err := s.roundTrip(rctx, keys[k], func() error {
+				return evalPiped(rctx, s.client, refundScript, keys[k:k+1], s.minTTL, algCode(lim), lim.Limit,
+					lim.WindowMs(), lim.Capacity(), units, c.at, c.content).Err()
+			})
 			if err != nil {
 				s.refundFailures.Add(1)
 			}
@@ -229,6 +247,23 @@ func (s *Store) reserve(ctx context.Context, start time.Time, keys []string, key
 	}
 	wg.Wait()
 	return false, err
+}
+
+// roundTrip runs fn as a round trip to key's node, on the connections of its batcher (directly
+// for an unbatched Store).
+func (s *Store) roundTrip(ctx context.Context, key string, fn func() error) error {
+	b, err := s.batcherFor(ctx, key)
+	if err != nil {
+		return err
+	}
+	if b == nil {
+		return fn()
+	}
+	var ferr error
+	if err := b.roundTrip(ctx, func() { ferr = fn() }); err != nil {
+		return err
+	}
+	return ferr
 }
 
 // RefundFailures is the number of refunds that failed since the Store was created: charges of
@@ -239,6 +274,9 @@ func (s *Store) RefundFailures() int64 { return s.refundFailures.Load() }
 func algCode(lim *limiter.Limit) int {
 	switch lim.Algorithm {
 	case limiter.FixedWindow:
+		if lim.Period != "" {
+			return 7
+		}
 		return 1
 	case limiter.SlidingWindowLog:
 		return 2

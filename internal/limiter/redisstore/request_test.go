@@ -341,7 +341,7 @@ func TestRefund(t *testing.T) {
 						t.Fatalf("op %d: memory %+v, redis %+v: both should admit", i, want, got)
 					}
 				case "reserve":
-					args := appendTake([]any{1}, 1, &limiter.Take{Key: key, Limit: tc.lim, N: o.n})
+					args := appendTake([]any{1}, 1, &limiter.Take{Key: key, Limit: tc.lim, N: o.n}, now)
 					res := make([]limiter.Result, 1)
 					var err error
 					resAt, resContent, err = rs.runRequest(ctx, strconv.FormatInt(now.UnixMilli(), 10), rk, args, []limiter.Take{{Key: key, Limit: tc.lim, N: o.n}}, res)

@@ -120,7 +120,8 @@ func newWithSenders(client redis.UniversalClient, opts Options, n int) *Store {
 		if cc, ok := client.(*redis.ClusterClient); ok {
 			s.cluster, s.senders, s.nodes = cc, n, map[string]*batcher{}
 		} else {
-			s.batch = newBatcher(client, n, s.minTTL)
+			node, _ := client.(*redis.Client) // nil for other clients: no preload
+			s.batch = newBatcher(client, node, n, s.minTTL)
 		}
 	}
 	return s
@@ -144,7 +145,7 @@ func (s *Store) batcherFor(ctx context.Context, key string) (*batcher, error) {
 	}
 	b := s.nodes[addr]
 	if b == nil {
-		b = newBatcher(s.cluster, s.senders, s.minTTL)
+		b = newBatcher(s.cluster, node, s.senders, s.minTTL)
 		s.nodes[addr] = b
 	}
 	return b, nil
@@ -157,10 +158,40 @@ func (s *Store) run(ctx context.Context, nowArg string, keys []string, args []an
 	if err != nil {
 		return nil, err
 	}
+	var vals []int64
 	if b != nil {
-		return b.do(ctx, nowArg, keys, args, takes)
+		vals, err = b.do(ctx, nowArg, keys, args, takes)
+	} else {
+		vals, err = runDirect(ctx, s.client, nowArg, s.minTTL, keys, args, takes)
 	}
-	return runDirect(ctx, s.client, nowArg, s.minTTL, keys, args, takes)
+	if err != nil {
+		s.reloadCluster()
+	}
+	return vals, err
+}
+
+// Master is the address of the Redis Cluster master holding key's state under lim, by the
+// client's current slot map; "" for a single-node or Sentinel client, or when the map is not
+// loaded. Callers keep per-master state with it (the sidecar's breakers).
+func (s *Store) Master(ctx context.Context, key string, lim limiter.Limit) string {
+	if s.cluster == nil {
+		return ""
+	}
+	node, err := s.cluster.MasterForKey(ctx, s.Keys(key, lim)[0])
+	if err != nil {
+		return ""
+	}
+	return node.Options().Addr
+}
+
+// reloadCluster has a cluster client reload the slots' masters after a failed call. go-redis
+// reloads them on MOVED and ASK, and otherwise only every minute: after a master died and its
+// replica took over, the dead address would keep failing that long. The reload runs in the
+// background, at most one at a time with a 200 ms pause between (go-redis's LazyReload).
+func (s *Store) reloadCluster() {
+	if s.cluster != nil {
+		s.cluster.ReloadState(context.Background())
+	}
 }
 
 // runDirect is one call of the request script with one group, in a round trip of its own.
@@ -230,13 +261,89 @@ func (s *Store) Take(ctx context.Context, key string, lim limiter.Limit, n int64
 	start := time.Now()
 	// A group of one take that is committed even when denied (see lua/request.lua).
 	t := limiter.Take{Key: key, Limit: lim, N: n}
-	args := appendTake(make([]any, 1, 1+takeArgs), 1, &t)
+	args := appendTake(make([]any, 1, 1+takeArgs), 1, &t, now)
 	args[0] = -1
 	vals, err := s.run(ctx, nowArg, s.Keys(key, lim), args, 1)
 	if err != nil {
 		return limiter.Result{}, s.wrap(ctx, err, time.Since(start))
 	}
 	return resultFrom(vals, lim.Capacity()), nil
+}
+
+var _ limiter.Charger = (*Store)(nil)
+
+// Charge implements limiter.Charger: a late charge of n units, as one group of the request
+// script (a take flagged 2, lua/request.lua), coalesced like Take. now, lim, n and the errors
+// are as for Take; lim must be LateChargeable.
+func (s *Store) Charge(ctx context.Context, key string, lim limiter.Limit, n int64, now time.Time) (limiter.Result, error) {
+	nowArg := ""
+	if s.explicitTime {
+		nowMs := now.UnixMilli()
+		if nowMs < 0 || nowMs > limiter.MaxNowMs {
+			return limiter.Result{}, fmt.Errorf("%w: %s is outside the Unix epoch .. %d ms", limiter.ErrInvalidTime, now, limiter.MaxNowMs)
+		}
+		nowArg = strconv.FormatInt(nowMs, 10)
+	}
+	if err := limiter.ValidateCharge(lim, n); err != nil {
+		return limiter.Result{}, err
+	}
+	ctx, cancel := context.WithTimeout(ctx, s.timeout)
+	defer cancel()
+	start := time.Now()
+	t := limiter.Take{Key: key, Limit: lim, N: n}
+	args := appendTake(make([]any, 1, 1+takeArgs), 1, &t, now)
+	args[0], args[len(args)-1] = -1, 2
+	vals, err := s.run(ctx, nowArg, s.Keys(key, lim), args, 1)
+	if err != nil {
+		return limiter.Result{}, s.wrap(ctx, err, time.Since(start))
+	}
+	return resultFrom(vals, lim.Capacity()), nil
+}
+
+// State is what Inspect reports of a key.
+type State struct {
+	// Found is false for a key Redis holds no state for: never seen, expired or reset.
+	Found bool
+	// Result is the key's state now: Remaining, ResetAfter; for a TokenBucket in debt,
+	// Allowed is false and RetryAfter is when the debt is paid. (A check of cost 0 through the
+	// request script: it changes nothing.)
+	Result limiter.Result
+	// Debt is the whole tokens a TokenBucket owes after a late charge, 0 otherwise.
+	Debt int64
+}
+
+// Inspect reports key's state under lim at Redis's clock (or now, with ExplicitTime), charging
+// nothing: a check through the request script, the same transitions that decide requests.
+func (s *Store) Inspect(ctx context.Context, key string, lim limiter.Limit, now time.Time) (State, error) {
+	if err := lim.Validate(); err != nil {
+		return State{}, fmt.Errorf("%w: %w", limiter.ErrInvalidLimit, err)
+	}
+	rk := s.Keys(key, lim)
+	n, err := s.client.Exists(ctx, rk[0]).Result()
+	if err != nil || n == 0 {
+		return State{}, err
+	}
+	nowArg := ""
+	if s.explicitTime {
+		nowArg = strconv.FormatInt(now.UnixMilli(), 10)
+	}
+	t := limiter.Take{Key: key, Limit: lim, N: 0, Check: true} // cost 0: the state as it is
+	args := appendTake([]any{1}, 1, &t, now)
+	vals, err := runDirect(ctx, s.client, nowArg, s.minTTL, rk, args, 1)
+	if err != nil {
+		return State{}, err
+	}
+	st := State{Found: true, Result: resultFrom(vals, lim.Capacity())}
+	if lim.Algorithm == limiter.TokenBucket && !st.Result.Allowed {
+		st.Debt = limiter.Debt(lim, vals[7]) // a denied check leaves the content as refilled
+	}
+	return st, nil
+}
+
+// Reset deletes key's state under lim, as if it had never been seen; false when there was none.
+func (s *Store) Reset(ctx context.Context, key string, lim limiter.Limit) (bool, error) {
+	n, err := s.client.Del(ctx, s.Keys(key, lim)...).Result()
+	return n > 0, err
 }
 
 // reasons maps the scripts' reason codes to limiter.Reason.
@@ -272,6 +379,10 @@ func (s *Store) Keys(key string, lim limiter.Limit) []string {
 func algTag(lim limiter.Limit) string {
 	switch lim.Algorithm {
 	case limiter.FixedWindow:
+		if lim.Period != "" {
+			// the zone's name, not its offsets: a tz-data update keeps the counter
+			return "cal/" + string(lim.Period) + "/" + lim.Zone.String()
+		}
 		return "fw"
 	case limiter.SlidingWindowLog:
 		return "swl"

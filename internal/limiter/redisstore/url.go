@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"net/url"
+	"slices"
 	"strings"
 
 	"github.com/redis/go-redis/v9"
@@ -32,8 +33,18 @@ import (
 //     URL sets dialer_retries, so a Redis that is down fails a call at once rather than after
 //     the whole budget spent in dial backoff.
 //
+// The client holds at most MaxConns connections per node and closes those idle for
+// DefaultIdleTimeout, whatever pool options the URL sets; NewClient says how and takes other
+// ClientOptions.
+//
 // The caller owns the client and closes it.
 func NewClientFromURL(rawURL string) (redis.UniversalClient, error) {
+	return NewClient(rawURL, ClientOptions{})
+}
+
+// buildClient parses rawURL and makes its client with d's pool bounds, hooks and (for a cluster)
+// slot map function.
+func buildClient(rawURL string, d *dialer) (redis.UniversalClient, error) {
 	u, err := url.Parse(rawURL)
 	if err != nil {
 		return nil, fmt.Errorf("redisstore: parsing redis URL: %w", redactErr(err))
@@ -52,14 +63,26 @@ func NewClientFromURL(rawURL string) (redis.UniversalClient, error) {
 			return nil, fmt.Errorf("redisstore: %w", err)
 		}
 		failFast(&o.ContextTimeoutEnabled, &o.MaxRetries, &o.DialerRetries, retriesSet, dialRetriesSet)
-		return redis.NewClient(o), nil
+		d.bound(&o.PoolSize, &o.MaxActiveConns, &o.MinIdleConns, &o.PipelinePoolSize, &o.ConnMaxIdleTime)
+		c := redis.NewClient(o)
+		c.AddHook(d)
+		return c, nil
 	case TopologyCluster:
 		o, err := redis.ParseClusterURL(plain.String())
 		if err != nil {
 			return nil, fmt.Errorf("redisstore: %w", err)
 		}
 		failFast(&o.ContextTimeoutEnabled, &o.MaxRetries, &o.DialerRetries, retriesSet, dialRetriesSet)
-		return redis.NewClusterClient(o), nil
+		d.bound(&o.PoolSize, &o.MaxActiveConns, &o.MinIdleConns, &o.PipelinePoolSize, &o.ConnMaxIdleTime)
+		nodes := &nodeClients{}
+		o.ClusterSlots = d.clusterSlots(seedOptions(o), slices.Clone(o.Addrs), nodes)
+		o.NewClient = nodeClient
+		c := redis.NewClusterClient(o)
+		c.OnNewNode(func(node *redis.Client) {
+			nodes.add(node)
+			node.AddHook(d)
+		})
+		return c, nil
 	case TopologySentinel:
 		o, err := redis.ParseFailoverURL(plain.String())
 		if err != nil {
@@ -69,10 +92,40 @@ func NewClientFromURL(rawURL string) (redis.UniversalClient, error) {
 			return nil, fmt.Errorf("redisstore: a %s URL needs ?master_name=", u.Scheme)
 		}
 		failFast(&o.ContextTimeoutEnabled, &o.MaxRetries, &o.DialerRetries, retriesSet, dialRetriesSet)
-		return redis.NewFailoverClient(o), nil
+		d.bound(&o.PoolSize, &o.MaxActiveConns, &o.MinIdleConns, &o.PipelinePoolSize, &o.ConnMaxIdleTime)
+		c := redis.NewFailoverClient(o)
+		c.AddHook(d)
+		return c, nil
 	default:
 		return nil, fmt.Errorf("redisstore: redis URL scheme %q: topology %q has no client", u.Scheme, scheme.Topology) // ParseScheme prevents it
 	}
+}
+
+// seedOptions are the options of a one-off client asking a cluster node for the slot map
+// (Addr set per node): the cluster's credentials, TLS and timeouts, one connection.
+func seedOptions(o *redis.ClusterOptions) *redis.Options {
+	opts := &redis.Options{
+		Protocol:              o.Protocol,
+		Username:              o.Username,
+		Password:              o.Password,
+		CredentialsProvider:   o.CredentialsProvider,
+		TLSConfig:             o.TLSConfig,
+		DialTimeout:           o.DialTimeout,
+		ReadTimeout:           o.ReadTimeout,
+		WriteTimeout:          o.WriteTimeout,
+		ContextTimeoutEnabled: o.ContextTimeoutEnabled,
+		MaxRetries:            -1,
+		DialerRetries:         1,
+		PoolSize:              1,
+		MaxActiveConns:        1,
+		PipelinePoolSize:      -1,
+		DisableIdentity:       o.DisableIdentity,
+		ClientName:            o.ClientName,
+	}
+	if o.ClientName != "" {
+		opts.ClientName = o.ClientName + "-slots" // tells these apart in CLIENT LIST
+	}
+	return opts
 }
 
 // The topologies of a Redis URL: the part of its scheme after '+'.

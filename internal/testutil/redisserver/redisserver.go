@@ -39,7 +39,8 @@ type config struct {
 	args     []string
 	cluster  bool
 	dir      string
-	replicas int // per master, for StartCluster
+	replicas int    // per master, for StartCluster
+	sentinel string // the sentinel configuration file, for StartSentinels
 }
 
 // WithArgs appends redis-server command-line configuration, e.g.
@@ -64,6 +65,12 @@ func WithReplicas(n int) Option {
 // withCluster enables cluster mode; StartCluster uses it.
 func withCluster() Option {
 	return func(c *config) { c.cluster = true }
+}
+
+// withSentinel runs the server as a sentinel (redis-server sentinel.conf --sentinel) whose
+// configuration file starts as conf; StartSentinels uses it.
+func withSentinel(conf string) Option {
+	return func(c *config) { c.sentinel = conf }
 }
 
 // Server is one redis-server process. Its methods are safe for concurrent use, but a caller
@@ -98,6 +105,11 @@ func Start(opts ...Option) (*Server, error) {
 			return nil, fmt.Errorf("redisserver: %w", err)
 		}
 	} else if err := os.MkdirAll(dir, 0o755); err != nil {
+		return nil, fmt.Errorf("redisserver: %w", err)
+	}
+	// redis-server runs in dir (cmd.Dir) and is given dir's paths: a relative one would be
+	// resolved twice.
+	if dir, err = filepath.Abs(dir); err != nil {
 		return nil, fmt.Errorf("redisserver: %w", err)
 	}
 	s := &Server{bin: bin, dir: dir, cfg: cfg}
@@ -201,7 +213,19 @@ func (s *Server) Do(args ...string) (string, error) {
 }
 
 func (s *Server) start() error {
-	args := []string{
+	var args []string
+	if s.cfg.sentinel != "" {
+		// A sentinel rewrites its file (what it learnt of the replicas, the other sentinels
+		// and failovers): written once, kept across restarts.
+		conf := filepath.Join(s.dir, "sentinel.conf")
+		if _, err := os.Stat(conf); err != nil {
+			if err := os.WriteFile(conf, []byte(s.cfg.sentinel), 0o600); err != nil {
+				return err
+			}
+		}
+		args = append(args, conf, "--sentinel")
+	}
+	args = append(args,
 		"--port", strconv.Itoa(s.port),
 		"--bind", "127.0.0.1",
 		"--save", "",
@@ -210,7 +234,7 @@ func (s *Server) start() error {
 		"--daemonize", "no",
 		"--logfile", filepath.Join(s.dir, "redis.log"),
 		"--loglevel", "notice",
-	}
+	)
 	if s.cfg.cluster {
 		args = append(args,
 			"--cluster-enabled", "yes",

@@ -22,13 +22,21 @@ end
 -- and b's low 11; b's high 32): 12 bytes, the most a value can have and still fit Redis's
 -- 32-byte allocation; else 14 bytes, '<I7I7'. Every step is exact integer arithmetic on
 -- doubles below 2^53.
+--
+-- A TokenBucket in debt after a late charge has a < 0 (down to -2^53 + 1): '<I7I7B' of -a, b
+-- and a flag byte, 15 bytes, a length neither form above has.
 local function packBucket(a, b)
+  if a < 0 then return struct.pack('<I7I7B', -a, b, 1) end
   if b >= 8796093022208 then return struct.pack('<I7I7', a, b) end -- 2^43
   local alo = a % 4294967296 -- 2^32
   local blo = b % 2048 -- 2^11
   return struct.pack('<I4I4I4', alo, (a - alo) / 4294967296 + blo * 2097152, (b - blo) / 2048)
 end
 local function unpackBucket(raw)
+  if #raw == 15 then
+    local a, b = struct.unpack('<I7I7B', raw)
+    return -a, b
+  end
   if #raw == 14 then
     local a, b = struct.unpack('<I7I7', raw)
     return a, b

@@ -10,7 +10,8 @@
 --
 -- A refund never leaves a state more permissive than it would be had the charges not been
 -- made (the other requests' charges unchanged), and is exact while that can be known:
---   - FixedWindow: the count, in the charge's window only (once it rolled, the charge is gone).
+--   - FixedWindow: the count, in the charge's window only (once it rolled, the charge is gone);
+--     the same for a calendar window (algorithm 7), whose state holds its bounds.
 --   - SlidingWindowCounter: the current count in the charge's window, the previous one once the
 --     window rolled once.
 --   - SlidingWindowLog: the units of the entry at the charge's instant.
@@ -95,7 +96,7 @@ end
 local raw = redis.call('GET', key)
 if not raw then return 0 end
 local f = {}
-if alg >= 4 then
+if alg >= 4 and alg <= 6 then
   f[1], f[2] = unpackBucket(raw) -- the buckets' layout (arith.lua)
 else
   for x in string.gmatch(raw, '%-?%d+') do f[#f + 1] = tonumber(x) end
@@ -107,6 +108,13 @@ if alg == 1 then
   local back = math.min(c, f[2])
   if back == 0 then return 0 end
   put(string.format('%d %d', f[1], f[2] - back), f[2] == back)
+  return back
+elseif alg == 7 then
+  -- calendar FixedWindow "<start> <end> <count>": the charge's window only
+  if at < f[1] or at >= f[2] then return 0 end
+  local back = math.min(c, f[3])
+  if back == 0 then return 0 end
+  put(string.format('%d %d %d', f[1], f[2], f[3] - back), f[3] == back)
   return back
 elseif alg == 3 then
   -- SlidingWindowCounter "<window> <prev> <curr>": curr in the charge's window, prev once it

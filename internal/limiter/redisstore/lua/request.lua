@@ -7,7 +7,12 @@
 -- ARGV[3..]: groups, one per request, in order: the number of takes g, then g takes of 8
 --   fields: key (index into KEYS), algorithm (1 fw, 2 swl, 3 swc, 4 tb, 5 lbm, 6 lbq), L,
 --   W (window, ms), cap (Limit.Capacity), c (cost, 1..), M (LeakyBucket Queue's MaxDelay, ms),
---   shadow (1: the take does not deny its group, 0: it does)
+--   shadow (1: the take does not deny its group, 0: it does; 3: a check, which denies its
+--   group but never changes the state, 4 a shadow check; 2: a late charge, limiter.Charger, in a group of one
+--   committed take, only for FixedWindow, calendar FixedWindow and TokenBucket); a cost -k is
+--   a lease of up to k units (see lease below)
+--   Algorithm 7 is a calendar FixedWindow: its W is the end and M the start of the window
+--   that holds the caller's now (ms), computed by the caller in the rule's time zone.
 -- Returns 8 integers per take, in order: {allowed 0/1, remaining, resetAfter ms,
 -- retryAfter ms (-1: never), delay ms, reason, at, content}, reason 0 none, 1 limited, 2 cost exceeds capacity, 3 delay exceeds max delay, at the
 -- instant the take was decided at (now, or the state's latest instant when the clock went
@@ -44,7 +49,7 @@ local minTTL = tonumber(ARGV[2])
 -- table of those numbers, false for an absent key.
 local function decode(alg, raw)
   if not raw then return false end
-  if alg >= 4 then
+  if alg >= 4 and alg <= 6 then
     local a, b = unpackBucket(raw)
     return {a, b}
   end
@@ -54,8 +59,8 @@ local function decode(alg, raw)
 end
 
 local function encode(alg, s)
-  if alg >= 4 then return packBucket(s[1], s[2]) end
-  if alg == 3 then return string.format('%d %d %d', s[1], s[2], s[3]) end
+  if alg >= 4 and alg <= 6 then return packBucket(s[1], s[2]) end
+  if alg == 3 or alg == 7 then return string.format('%d %d %d', s[1], s[2], s[3]) end
   return string.format('%d %d', s[1], s[2])
 end
 
@@ -83,6 +88,32 @@ local function fixedWindow(s, p)
   local reset = 0
   if n > 0 then reset = e end
   return {allowed, math.max(0, L - n), reset, retry, 0, reason, t, 0}, {win, n}
+end
+
+-- limiter.CalendarWindowState.take, state "<start> <end> <count>"; p.M and p.W are the start
+-- and end of now's window (the caller's clock)
+local function calendarWindow(s, p)
+  local L, c, t = p.L, p.c, now
+  local st, en, n = 0, 0, 0
+  if s then st, en, n = s[1], s[2], s[3] end
+  if p.M > st then
+    st, en, n = p.M, p.W, 0
+  elseif p.M < st then
+    t = st -- clock went back: count it in the latest window
+  end
+  local e = math.max(1, en - t)
+  local allowed, retry, reason = 0, 0, 0
+  if c > L then
+    retry, reason = -1, 2
+  elseif n + c <= L then
+    n = n + c
+    allowed = 1
+  else
+    retry, reason = e, 1
+  end
+  local reset = 0
+  if n > 0 then reset = e end
+  return {allowed, math.max(0, L - n), reset, retry, 0, reason, t, 0}, {st, en, n}
 end
 
 -- limiter.SlidingWindowCounterState.take
@@ -150,7 +181,64 @@ local function tokenBucket(s, p)
   else
     retry, reason = cdiv(c * W - tokens, L), 1
   end
-  return {allowed, fdiv(tokens, W), cdiv(full - tokens, L), retry, 0, reason, last, tokens}, {tokens, last}
+  return {allowed, math.max(0, fdiv(tokens, W)), cdiv(full - tokens, L), retry, 0, reason, last, tokens}, {tokens, last}
+end
+
+-- The late charges (limiter's charge methods): the state brought forward as the take does,
+-- then the units charged whether or not they fit: a window's count up to L, a bucket's tokens
+-- down to limiter.MaxDebt.
+local function lateCharge(s, p)
+  local alg, L, c = p.alg, p.L, p.c
+  if alg == 4 then
+    local W, cap = p.W, p.cap
+    local full = cap * W
+    local tokens, last = full, now
+    if s then tokens, last = s[1], s[2] end
+    tokens = math.min(tokens, full)
+    if now > last then
+      local dt = now - last
+      if dt >= cdiv(full - tokens, L) then
+        tokens = full
+      else
+        tokens = tokens + dt * L
+      end
+      last = now
+    end
+    local floor = full - 9007199254740991 -- limiter.MaxDebt
+    if c > fdiv(tokens - floor, W) then -- tokens - floor <= 2^53 - 1
+      tokens = floor
+    else
+      tokens = tokens - c * W -- c*W <= tokens - floor
+    end
+    return {1, math.max(0, fdiv(tokens, W)), cdiv(full - tokens, L), 0, 0, 0, last, tokens}, {tokens, last}
+  end
+  local t, e, st = now, 0, nil
+  local n = 0
+  if alg == 7 then -- calendar: p.M, p.W are the start and end of now's window
+    local a, b = 0, 0
+    if s then a, b, n = s[1], s[2], s[3] end
+    if p.M > a then
+      a, b, n = p.M, p.W, 0
+    elseif p.M < a then
+      t = a
+    end
+    e, st = math.max(1, b - t), {a, b}
+  else
+    local W, win = p.W, 0
+    if s then win, n = s[1], s[2] end
+    local w = fdiv(t, W)
+    if w > win then
+      win, n = w, 0
+    elseif w < win then
+      t = win * W
+    end
+    e, st = (win + 1) * W - t, {win}
+  end
+  n = math.min(L, n + math.min(c, L))
+  st[#st + 1] = n
+  local reset = 0
+  if n > 0 then reset = e end
+  return {1, L - n, reset, 0, 0, 0, t, 0}, st
 end
 
 -- limiter.LeakyBucketState.takeMeter, or takeQueue when queue; an absent key is empty
@@ -349,6 +437,36 @@ local function load(k, p)
   return e
 end
 
+-- Leases (limiter.MemoryStore.Issue): a take whose cost is -k issues as many of k units as k
+-- takes of cost 1 at this instant would: min(k, cap) if they fit as one take, else the
+-- Remaining of its denial (each transition's Remaining is the most that fit), charged as one
+-- take; none when none fit, and then the result is a take of one unit's. Its 5th field (delay, 0 for every leasable algorithm) is the number
+-- of units issued. The second decision starts again from the state the call had.
+local function decide(s, p, key)
+  local alg = p.alg
+  if alg == 4 then return tokenBucket(s, p) end
+  if alg == 1 then return fixedWindow(s, p) end
+  if alg == 2 then return slidingWindowLog(s, p, key) end
+  if alg == 3 then return slidingWindowCounter(s, p) end
+  if alg == 7 then return calendarWindow(s, p) end
+  return leakyBucket(s, p, alg == 6)
+end
+local function lease(s, p, key)
+  p.c = math.min(-p.c, p.cap)
+  local r, s2 = decide(s, p, key)
+  if r[1] == 0 and r[6] == 1 and r[2] > 0 then
+    p.c = math.min(p.c, r[2])
+    r, s2 = decide(s, p, key)
+  end
+  if r[1] == 0 and p.c > 1 then -- none fit: the denial of one unit, what a request of 1 gets
+    p.c = 1
+    r, s2 = decide(s, p, key)
+  end
+  r[5] = 0
+  if r[1] == 1 then r[5] = p.c end
+  return r, s2
+end
+
 -- The loop allocates as little per take as it can (Lua tables are what a script spends its
 -- time on): one parameter table p for every take, a Take's group committed in place.
 local out, n = {}, 0
@@ -366,13 +484,18 @@ while i <= nargv do
     local k = tonumber(ARGV[i])
     p.alg, p.L, p.W = tonumber(ARGV[i + 1]), tonumber(ARGV[i + 2]), tonumber(ARGV[i + 3])
     p.cap, p.c, p.M = tonumber(ARGV[i + 4]), tonumber(ARGV[i + 5]), tonumber(ARGV[i + 6])
-    local shadow = ARGV[i + 7] == '1'
+    local flag = ARGV[i + 7]
+    local shadow, check = flag == '1' or flag == '4', flag == '3' or flag == '4'
     i = i + 8
     local e = load(k, p)
     local s = e.s
     if tent and tent[k] then s = tent[k][1] end
     local alg, r, s2 = p.alg
-    if alg == 4 then
+    if p.c < 0 then
+      r, s2 = lease(s, p, KEYS[k])
+    elseif flag == '2' then
+      r, s2 = lateCharge(s, p)
+    elseif alg == 4 then
       r, s2 = tokenBucket(s, p)
     elseif alg == 1 then
       r, s2 = fixedWindow(s, p)
@@ -380,10 +503,14 @@ while i <= nargv do
       r, s2 = slidingWindowLog(s, p, KEYS[k])
     elseif alg == 3 then
       r, s2 = slidingWindowCounter(s, p)
+    elseif alg == 7 then
+      r, s2 = calendarWindow(s, p)
     else
       r, s2 = leakyBucket(s, p, alg == 6)
     end
-    if always then
+    if check then
+      if r[1] == 0 and not shadow and not always then admit = false end
+    elseif always then
       e.s, e.reset, e.dirty = s2, r[3], true
     else
       tent[k] = {s2, r[3]}
