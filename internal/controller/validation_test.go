@@ -218,6 +218,10 @@ var _ = Describe("RateLimitPolicy validation", func() {
 			domainOnly(p)
 			queue("1s")(p)
 		}, "spec.rules[0].leakyBucket.mode", "cannot queue"),
+		Entry("a descriptor rule with countWhen", func(p *v1alpha1.RateLimitPolicy) {
+			domainOnly(p)
+			countWhen(intstr.FromInt32(401))(p)
+		}, "spec.rules[0].countWhen", "cannot use countWhen"),
 		Entry("a descriptor key with a space", func(p *v1alpha1.RateLimitPolicy) {
 			domainOnly(p)
 			p.Spec.Rules[0].Match.Descriptors[0].Key = "generic key"

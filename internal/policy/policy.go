@@ -376,6 +376,9 @@ func (p Policy) Validate() error {
 		if r.Descriptor() && r.LeakyMode == string(limiter.Queue) {
 			return fmt.Errorf("rule %s matches descriptors and queues, which Envoy's rate limit service cannot", r.Name)
 		}
+		if r.Descriptor() && len(r.CountWhen) > 0 {
+			return fmt.Errorf("rule %s matches descriptors and has countWhen, which Envoy's rate limit service cannot: it never sees the response", r.Name)
+		}
 	}
 	return nil
 }
