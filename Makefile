@@ -158,28 +158,31 @@ chaos: ## Kill, restart, pause and resume Redis under load through two sidecars,
 
 IMG ?= ghcr.io/sluice-dev/sluice-manager:latest
 SIDECAR_IMG ?= ghcr.io/sluice-dev/sluice-sidecar:latest
+RLS_IMG ?= ghcr.io/sluice-dev/sluice-ratelimit:latest
 CONTAINER_TOOL ?= docker
 KUSTOMIZE ?= $(LOCALBIN)/kustomize
 KUSTOMIZE_VERSION ?= v5.8.1
 KUBECTL ?= kubectl
 
 .PHONY: docker-build
-docker-build: ## Build the manager (IMG) and sidecar (SIDECAR_IMG) images.
+docker-build: ## Build the manager (IMG), sidecar (SIDECAR_IMG) and RLS server (RLS_IMG) images.
 	$(CONTAINER_TOOL) build -t $(IMG) -f Dockerfile .
 	$(CONTAINER_TOOL) build -t $(SIDECAR_IMG) -f Dockerfile.sidecar .
+	$(CONTAINER_TOOL) build -t $(RLS_IMG) -f Dockerfile.ratelimit .
 
 .PHONY: docker-push
-docker-push: ## Push both images.
+docker-push: ## Push the three images.
 	$(CONTAINER_TOOL) push $(IMG)
 	$(CONTAINER_TOOL) push $(SIDECAR_IMG)
+	$(CONTAINER_TOOL) push $(RLS_IMG)
 
-# deploy renders config/default through a throw-away overlay that sets the two images, so the
+# deploy renders config/default through a throw-away overlay that sets the three images, so the
 # tracked kustomizations are never edited.
 .PHONY: deploy
-deploy: manifests kustomize ## Deploy to the cluster in ~/.kube/config: make deploy IMG=... SIDECAR_IMG=...
+deploy: manifests kustomize ## Deploy to the cluster in ~/.kube/config: make deploy IMG=... SIDECAR_IMG=... RLS_IMG=...
 	@overlay=$$(mktemp -d); trap 'rm -rf $$overlay' EXIT; \
 	printf 'resources:\n- %s\n' "$$(realpath --relative-to=$$overlay $(CURDIR)/config/default)" > $$overlay/kustomization.yaml; \
-	cd $$overlay && $(KUSTOMIZE) edit set image ghcr.io/sluice-dev/sluice-manager=$(IMG) ghcr.io/sluice-dev/sluice-sidecar=$(SIDECAR_IMG) && \
+	cd $$overlay && $(KUSTOMIZE) edit set image ghcr.io/sluice-dev/sluice-manager=$(IMG) ghcr.io/sluice-dev/sluice-sidecar=$(SIDECAR_IMG) ghcr.io/sluice-dev/sluice-ratelimit=$(RLS_IMG) && \
 	$(KUSTOMIZE) build $$overlay | $(KUBECTL) apply --server-side -f -
 
 .PHONY: undeploy

@@ -16,6 +16,8 @@
 #      and the sidecar with no policy, a never-denying Redis rule, and local mode.
 #   4. Control plane: bench/controlplane, a rolling update of 500 pods matched by 20 policies
 #      through the real manager binary against envtest, with --render-interval 0 and 1s.
+#   5. RLS server: bench/rlsbench, decisions/s and CPU per decision of ShouldRateLimit under
+#      closed-loop gRPC load, as a ratio to the sidecar's decision path in the same run.
 #
 # Installs wrk, nginx and redis via apt when missing. About 5 minutes on a quiet 2-CPU machine with
 # the defaults, 9 to 11 on a busy one.
@@ -80,7 +82,7 @@ fi
 } > "$OUT/machine.tsv"
 cat "$OUT/machine.tsv" >&2
 
-echo "# 1/4 limiter core: $BENCH_COUNT rounds" >&2
+echo "# 1/5 limiter core: $BENCH_COUNT rounds" >&2
 go test -c -o "$OUT/limiter.test" ./internal/limiter
 LIMITER_CMD="limiter.test -test.run '^\$' -test.bench 'BenchmarkMemoryStore|BenchmarkXTimeRate' -test.benchmem -test.benchtime $BENCH_TIME  (go test -c ./internal/limiter; $BENCH_COUNT runs in a row)"
 : > "$OUT/limiter.txt"
@@ -94,26 +96,26 @@ rm -f "$OUT/limiter.test"
 python3 bench/report.py benchstat-input "$OUT/limiter.txt" > "$OUT/limiter-benchstat-input.txt"
 "$BENCHSTAT" -col impl "$OUT/limiter-benchstat-input.txt" > "$OUT/limiter-benchstat.txt"
 
-echo "# 2/4 redis store" >&2
+echo "# 2/5 redis store" >&2
 OUT=$OUT CALLERS=1,8,50 STORE_DURATION=$STORE_DURATION BENCH_REPEAT=$BENCH_REPEAT bench/store.sh
 if [ -x bench/redis.sh ]; then
-  echo "# 2b/4 bench/redis.sh (present in the tree)" >&2
+  echo "# 2b/5 bench/redis.sh (present in the tree)" >&2
   # Bounded: its own defaults (3 repetitions of 200k requests) take many minutes on a busy machine.
   echo "bench/redis.sh  (REPS=$BENCH_REPEAT N=$REDIS_N TAKES=$REDIS_TAKES)" > "$OUT/redis-sh.txt"
   REPS=$BENCH_REPEAT N=$REDIS_N TAKES=$REDIS_TAKES timeout 300 bench/redis.sh >> "$OUT/redis-sh.txt" 2>&1 ||
     echo "bench/redis.sh exited with $?" >> "$OUT/redis-sh.txt"
 fi
 
-echo "# 2c/4 bench/rediscpu.sh: Redis CPU per decision, single node and 3-master cluster" >&2
+echo "# 2c/5 bench/rediscpu.sh: Redis CPU per decision, single node and 3-master cluster" >&2
 OUT=$OUT DURATION=$STORE_DURATION BASE_BIN=${REDISCPU_BASE_BIN:-} bench/rediscpu.sh > /dev/null
 
-echo "# 2d/4 bench/lease.sh: leased limits, two sidecars' engines on one hot key" >&2
+echo "# 2d/5 bench/lease.sh: leased limits, two sidecars' engines on one hot key" >&2
 OUT=$OUT DURATION=$STORE_DURATION bench/lease.sh > /dev/null
 
-echo "# 3/4 proxy path" >&2
+echo "# 3/5 proxy path" >&2
 OUT=$OUT DURATION=$PROXY_DURATION RATE=$RATE BENCH_REPEAT=$BENCH_REPEAT PROFILE=0 OUTAGE=0 bench/proxy.sh | tee "$OUT/proxy.txt"
 
-echo "# 4/4 control plane: a rolling update through a real manager, per --render-interval" >&2
+echo "# 4/5 control plane: a rolling update through a real manager, per --render-interval" >&2
 go build -o "$OUT/manager" ./cmd/manager
 {
   echo "## The control plane under pod churn (issue 20)"
@@ -137,4 +139,6 @@ echo "loadavg_end	$(cut -d' ' -f1-3 /proc/loadavg)" >> "$OUT/machine.tsv"
   echo "proxy	  wrk -t2 -c64 -d${PROXY_DURATION}s --latency URL; bench/loadgen -url URL -rate $RATE -duration ${PROXY_DURATION}s"
 } > "$OUT/commands.tsv"
 python3 bench/report.py results "$OUT" > bench/results.md
+echo "# 5/5 RLS server vs the sidecar's decision path" >&2
+go run ./bench/rlsbench -clients "${RLS_CLIENTS:-16}" -duration "${RLS_DURATION:-3s}" | tee "$OUT/rls.md" >> bench/results.md
 echo "# wrote bench/results.md" >&2

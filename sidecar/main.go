@@ -33,7 +33,6 @@ import (
 	"github.com/sluice-dev/sluice/internal/inject"
 	"github.com/sluice-dev/sluice/internal/limiter"
 	"github.com/sluice-dev/sluice/internal/limiter/lease"
-	"github.com/sluice-dev/sluice/internal/limiter/redisstore"
 	"github.com/sluice-dev/sluice/sidecar/breaker"
 	"github.com/sluice-dev/sluice/sidecar/cmdline"
 	"github.com/sluice-dev/sluice/sidecar/config"
@@ -89,31 +88,18 @@ func run() error {
 		Log:      log,
 	}
 	if o.RedisURL != "" {
-		rawURL, err := withPassword(o.RedisURL, o.RedisPassword)
+		r, err := cmdline.OpenRedis(o, m, log, func() breaker.State {
+			if h := handler.Load(); h != nil {
+				return h.BreakerState()
+			}
+			return breaker.Closed
+		})
 		if err != nil {
-			return fmt.Errorf("--%s: %w", inject.FlagRedisURL, err)
-		}
-		if o.RedisIdleTimeout < 0 {
-			return fmt.Errorf("--%s %s: negative", inject.FlagRedisIdleTimeout, o.RedisIdleTimeout)
-		}
-		idle := o.RedisIdleTimeout
-		if idle == 0 {
-			idle = -1 // ClientOptions: never close
-		}
-		client, err := redisstore.NewClient(rawURL, redisstore.ClientOptions{IdleTimeout: idle})
-		if err != nil {
-			return fmt.Errorf("--%s: %w", inject.FlagRedisURL, err)
-		}
-		defer func() { _ = client.Close() }()
-		ro := redisstore.Options{Timeout: o.RedisTimeout}
-		if err := ro.Validate(); err != nil {
 			return err
 		}
-		store := redisstore.New(client, ro)
-		// Runs before the client's Close above: the store's batcher stops first.
-		defer func() { _ = store.Close() }()
-		opts.Remote = store
-		opts.Leases = lease.New(store, lease.Options{})
+		defer r.Close()
+		opts.Remote = r.Store
+		opts.Leases = lease.New(r.Store, lease.Options{})
 		leases := opts.Leases
 		m.RegisterLeases(func() metrics.LeaseStats {
 			s := leases.Stats()
@@ -122,30 +108,7 @@ func run() error {
 		// What the local share admits while Redis is unreachable is charged to Redis when it
 		// is back, for at most as many keys as the local store holds.
 		opts.BacklogMaxKeys = o.LocalMaxKeys
-		// One breaker for the store, and on Redis Cluster one per master, so that a master that
-		// fails sends only its own slots' keys to the fallback. The gauge is the worst state.
-		newBreaker := func(master string) *breaker.Breaker {
-			return breaker.New(breaker.Options{
-				Threshold: o.BreakerThreshold, Cooldown: o.BreakerCooldown, MaxCooldown: o.BreakerMaxCooldown, Jitter: true,
-				OnTransition: func(from, to breaker.State, cd time.Duration) {
-					if h := handler.Load(); h != nil {
-						m.BreakerState.Set(float64(max(to, h.BreakerState())))
-					} else {
-						m.BreakerState.Set(float64(to))
-					}
-					m.BreakerTransitions.WithLabelValues(to.String()).Inc()
-					attrs := []any{"from", from.String(), "to", to.String(), "cooldown", cd}
-					if master != "" {
-						attrs = append(attrs, "master", master)
-					}
-					log.Warn("Redis circuit breaker changed state", attrs...)
-				},
-			})
-		}
-		opts.Breaker = newBreaker("")
-		opts.MasterBreaker = newBreaker
-		log.Info("Deciding with Redis; failure modes apply while it is unreachable",
-			"redis", redactURL(o.RedisURL), "timeout", o.RedisTimeout, "breakerThreshold", o.BreakerThreshold, "breakerCooldown", o.BreakerCooldown)
+		opts.Breaker, opts.MasterBreaker = r.Breaker, r.MasterBreaker
 	} else {
 		log.Warn("No --redis-url: every limit is decided in this pod with its share (limit / replicas), as in failure mode Local")
 	}
@@ -263,29 +226,4 @@ type redisLogger struct{ log *slog.Logger }
 
 func (l redisLogger) Printf(ctx context.Context, format string, v ...any) {
 	l.log.DebugContext(ctx, "go-redis: "+fmt.Sprintf(format, v...))
-}
-
-// withPassword returns rawURL with password set, unless password is empty or the URL already
-// has one.
-func withPassword(rawURL, password string) (string, error) {
-	if password == "" {
-		return rawURL, nil
-	}
-	u, err := url.Parse(rawURL)
-	if err != nil {
-		return "", errors.New("unparseable URL")
-	}
-	if _, has := u.User.Password(); has {
-		return rawURL, nil
-	}
-	u.User = url.UserPassword(u.User.Username(), password)
-	return u.String(), nil
-}
-
-func redactURL(s string) string {
-	u, err := url.Parse(s)
-	if err != nil {
-		return "(unparseable)"
-	}
-	return u.Redacted()
 }

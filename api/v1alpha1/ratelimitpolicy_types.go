@@ -94,12 +94,34 @@ type Delay string
 // +kubebuilder:validation:XValidation:rule="self.matches('^([0-9]+(ms|s|m|h))+$') && duration(self) >= duration('1ms') && duration(self) <= duration('10s')",message="must be a duration in whole milliseconds from 1ms to 10s, such as 10ms, 100ms or 1s"
 type LeaseAge string
 
-// RateLimitPolicySpec is what a user declares: which pods, which requests, which limits.
+// DescriptorKey is the key of an Envoy rate limit descriptor entry, e.g. generic_key,
+// remote_address, header_match or a custom descriptor_key.
+// +kubebuilder:validation:MinLength=1
+// +kubebuilder:validation:MaxLength=256
+// +kubebuilder:validation:XValidation:rule="self.matches('^[!-~]+$')",message="must be printable ASCII without spaces"
+type DescriptorKey string
+
+// RateLimitPolicySpec is what a user declares: which pods or Envoy domain, which requests,
+// which limits.
+// +kubebuilder:validation:XValidation:rule="has(self.podSelector) || has(self.domain)",message="set podSelector (sidecars enforce the policy), domain (the RLS server serves it to Envoy), or both"
+// +kubebuilder:validation:XValidation:rule="has(self.domain) || self.rules.all(r, !has(r.match) || !has(r.match.descriptors))",message="rules that match descriptors need spec.domain: only Envoy sends descriptors",fieldPath=".domain"
+// +kubebuilder:validation:XValidation:rule="has(self.podSelector) || self.rules.all(r, has(r.match) && has(r.match.descriptors))",message="without podSelector every rule must match descriptors (match.descriptors): a rule on HTTP requests needs sidecars",fieldPath=".podSelector"
 type RateLimitPolicySpec struct {
-	// podSelector selects the pods of this namespace whose injected sidecars enforce this policy.
-	// An empty selector ({}) selects every pod of the namespace.
-	// +required
-	PodSelector metav1.LabelSelector `json:"podSelector"`
+	// podSelector selects the pods of this namespace whose injected sidecars enforce this
+	// policy's HTTP rules (those without match.descriptors). An empty selector ({}) selects
+	// every pod of the namespace; when omitted, no pod enforces the policy (set domain).
+	// +optional
+	PodSelector *metav1.LabelSelector `json:"podSelector,omitempty"`
+
+	// domain is the Envoy rate limit domain whose requests the Sluice RLS server
+	// (sluice-ratelimit) decides with this policy's descriptor rules (those with
+	// match.descriptors), as a domain of envoyproxy/ratelimit's configuration. Policies of any
+	// namespace may serve the same domain; all their matching rules apply.
+	// +optional
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=253
+	// +kubebuilder:validation:XValidation:rule="self.matches('^[!-~]+$')",message="must be printable ASCII without spaces"
+	Domain string `json:"domain,omitempty"`
 
 	// failureMode is what a sidecar does while Redis is unreachable: Local (the default) decides
 	// with an in-process limiter that holds this pod's share of each limit (the limit divided by
@@ -153,6 +175,10 @@ type ResponseSpec struct {
 // +kubebuilder:validation:XValidation:rule="!has(self.leakyBucket) || self.algorithm == 'LeakyBucket'",message="leakyBucket applies only to algorithm LeakyBucket",fieldPath=".leakyBucket"
 // +kubebuilder:validation:XValidation:rule="self.algorithm != 'SlidingWindowLog' || self.limit <= 10000",message="limit must be at most 10000 for SlidingWindowLog, which stores one timestamp per admitted request; use SlidingWindowCounter for larger limits",fieldPath=".limit"
 // +kubebuilder:validation:XValidation:rule="!has(self.cost) || self.cost <= (has(self.burst) ? self.burst : self.limit)",message="cost must not exceed burst (or limit when burst is unset): such a request could never pass",fieldPath=".cost"
+// +kubebuilder:validation:XValidation:rule="(has(self.match) && has(self.match.descriptors)) ? self.key.all(k, has(k.descriptor) && self.match.descriptors.exists(d, d.key == k.descriptor.key)) : self.key.all(k, !has(k.descriptor))",message="a rule that matches descriptors keys only on descriptor entries it matches (key[].descriptor.key among match.descriptors[].key); an HTTP rule cannot key on descriptors",fieldPath=".key"
+// +kubebuilder:validation:XValidation:rule="!has(self.match) || !has(self.match.descriptors) || (!has(self.costHeader) && !has(self.match.pathPrefix) && !has(self.match.methods) && !has(self.match.headers))",message="a rule that matches descriptors cannot match or cost on HTTP fields (pathPrefix, methods, headers, costHeader): Envoy sends only descriptors; use hits_addend for the cost",fieldPath=".match"
+// +kubebuilder:validation:XValidation:rule="!has(self.match) || !has(self.match.descriptors) || !has(self.leakyBucket) || !has(self.leakyBucket.mode) || self.leakyBucket.mode != 'Queue'",message="a rule that matches descriptors cannot queue: Envoy's rate limit service has no delay; use leakyBucket.mode Meter",fieldPath=".leakyBucket.mode"
+// +kubebuilder:validation:XValidation:rule="!has(self.match) || !has(self.match.descriptors) || !has(self.countWhen)",message="a rule that matches descriptors cannot use countWhen: Envoy's rate limit service never sees the response, so it could only charge every hit",fieldPath=".countWhen"
 // +kubebuilder:validation:XValidation:rule="!has(self.lease) || self.algorithm != 'SlidingWindowLog'",message="lease does not apply to SlidingWindowLog: it promises at most limit in every sliding window, and units spent up to maxAge after they were issued would break that promise (up to twice the limit in one window); use SlidingWindowCounter or TokenBucket",fieldPath=".lease"
 // +kubebuilder:validation:XValidation:rule="!has(self.lease) || !has(self.leakyBucket) || !has(self.leakyBucket.mode) || self.leakyBucket.mode != 'Queue'",message="lease does not apply to LeakyBucket mode Queue: a queued request's delay is decided from the bucket's level when it arrives, which a unit leased earlier cannot know; use mode Meter",fieldPath=".lease"
 // +kubebuilder:validation:XValidation:rule="!has(self.lease) || !has(self.lease.maxUnits) || self.lease.maxUnits <= (has(self.burst) ? self.burst : self.limit)",message="lease.maxUnits must not exceed burst (or limit when burst is unset): the shared limit never holds more units at once",fieldPath=".lease.maxUnits"
@@ -342,6 +368,31 @@ type RuleMatch struct {
 	// +listMapKey=name
 	// +kubebuilder:validation:MaxItems=16
 	Headers []HeaderMatch `json:"headers,omitempty"`
+
+	// descriptors makes this a descriptor rule, decided by the RLS server for spec.domain: it
+	// matches an Envoy descriptor whose entries are exactly these, in this order, as a path
+	// of envoyproxy/ratelimit's descriptor tree: entry i has key descriptors[i].key and, when
+	// value is set, that value (without value, every value matches; key on it to count each
+	// value apart). E.g. [{key: generic_key, value: checkout}, {key: remote_address}].
+	// +optional
+	// +listType=atomic
+	// +kubebuilder:validation:MinItems=1
+	// +kubebuilder:validation:MaxItems=8
+	// +kubebuilder:validation:XValidation:rule="self.all(d, self.filter(e, e.key == d.key).size() == 1)",message="each descriptor key appears once"
+	Descriptors []DescriptorMatch `json:"descriptors,omitempty"`
+}
+
+// DescriptorMatch is one entry of an Envoy rate limit descriptor.
+type DescriptorMatch struct {
+	// key is the entry's key, compared exactly.
+	// +required
+	Key DescriptorKey `json:"key"`
+
+	// value is the value the entry must have, compared exactly; any value when omitted.
+	// +optional
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=1024
+	Value string `json:"value,omitempty"`
 }
 
 // HeaderMatch is a header that must have a value.
@@ -357,7 +408,7 @@ type HeaderMatch struct {
 }
 
 // KeyPart is one part of a rule's key. Exactly one source is set.
-// +kubebuilder:validation:XValidation:rule="[has(self.clientIP), has(self.header), has(self.path), has(self.method), has(self.query)].filter(x, x).size() == 1",message="each key part sets exactly one of clientIP, header, path, method, query"
+// +kubebuilder:validation:XValidation:rule="[has(self.clientIP), has(self.header), has(self.path), has(self.method), has(self.query), has(self.descriptor)].filter(x, x).size() == 1",message="each key part sets exactly one of clientIP, header, path, method, query, descriptor"
 type KeyPart struct {
 	// clientIP keys by the client's address: the TCP peer, or, when the peer is one of
 	// trustedProxies, the right-most untrusted address of X-Forwarded-For.
@@ -379,6 +430,18 @@ type KeyPart struct {
 	// query keys by the value of a query parameter.
 	// +optional
 	Query *QueryKey `json:"query,omitempty"`
+
+	// descriptor keys by the value of an Envoy descriptor entry, in descriptor rules only; the
+	// key must be one of the rule's match.descriptors.
+	// +optional
+	Descriptor *DescriptorKeyPart `json:"descriptor,omitempty"`
+}
+
+// DescriptorKeyPart names a descriptor entry.
+type DescriptorKeyPart struct {
+	// key is the descriptor entry's key, e.g. remote_address.
+	// +required
+	Key DescriptorKey `json:"key"`
 }
 
 // ClientIPKey keys by client address. It has no fields yet; write {}.
@@ -464,6 +527,7 @@ const (
 // +kubebuilder:printcolumn:name="Rules",type=string,JSONPath=`.status.summary`
 // +kubebuilder:printcolumn:name="Ready",type=string,JSONPath=`.status.conditions[?(@.type=="Ready")].status`
 // +kubebuilder:printcolumn:name="Pods",type=integer,JSONPath=`.status.matchedPods`
+// +kubebuilder:printcolumn:name="Domain",type=string,JSONPath=`.spec.domain`,priority=1,description="The Envoy rate limit domain the RLS server serves the policy for"
 // +kubebuilder:printcolumn:name="Failure Mode",type=string,JSONPath=`.spec.failureMode`,priority=1,description="What the sidecars do while Redis is unreachable"
 // +kubebuilder:printcolumn:name="Uninjected",type=integer,JSONPath=`.status.uninjectedPods`,priority=1,description="Matched pods running without the sidecar: the policy is not enforced on them"
 // +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`

@@ -140,7 +140,7 @@ func rollingUpdate(c client.WithWatch, managerBin, kubeconfig, ns, interval stri
 		p := &v1alpha1.RateLimitPolicy{
 			ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: fmt.Sprintf("p%02d", i)},
 			Spec: v1alpha1.RateLimitPolicySpec{
-				PodSelector: metav1.LabelSelector{MatchLabels: labels},
+				PodSelector: &metav1.LabelSelector{MatchLabels: labels},
 				Rules: []v1alpha1.Rule{{
 					Name: fmt.Sprintf("p%02d-per-client", i), Key: []v1alpha1.KeyPart{{ClientIP: &v1alpha1.ClientIPKey{}}},
 					Algorithm: v1alpha1.TokenBucket, Limit: int64(100 + i), Window: "1s",

@@ -109,6 +109,11 @@ func main() {
 	if err := controller.Setup(mgr, controller.Options{RenderInterval: renderInterval}); err != nil {
 		fail(err, "Unable to set up controller")
 	}
+	if namespace != "" {
+		if err := controller.SetupRateLimitService(mgr, namespace); err != nil {
+			fail(err, "Unable to set up the RLS renderer")
+		}
+	}
 	if err := controller.RegisterMetrics(mgr); err != nil {
 		fail(err, "Unable to register the policy metrics")
 	}

@@ -74,7 +74,7 @@ func TestStatusThroughTheAPIServer(t *testing.T) {
 	p := &v1alpha1.RateLimitPolicy{
 		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "api"},
 		Spec: v1alpha1.RateLimitPolicySpec{
-			PodSelector: metav1.LabelSelector{MatchLabels: map[string]string{"app": "web"}},
+			PodSelector: &metav1.LabelSelector{MatchLabels: map[string]string{"app": "web"}},
 			Rules: []v1alpha1.Rule{{Name: "per-client", Key: []v1alpha1.KeyPart{{ClientIP: &v1alpha1.ClientIPKey{}}},
 				Algorithm: v1alpha1.TokenBucket, Limit: 10, Window: "1s"}},
 		},

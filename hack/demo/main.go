@@ -30,8 +30,10 @@ import (
 	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
 
 	"github.com/sluice-dev/sluice/api/v1alpha1"
+	"github.com/sluice-dev/sluice/internal/controller"
 	"github.com/sluice-dev/sluice/internal/devenv"
 	"github.com/sluice-dev/sluice/internal/inject"
+	"github.com/sluice-dev/sluice/internal/policy"
 )
 
 const (
@@ -114,6 +116,10 @@ func run(ctx context.Context, once, verbose bool) error {
 		return err
 	}
 
+	if err := d.envoy(ctx); err != nil {
+		return err
+	}
+
 	step("Editing the policy live: rule 'fixed' from 5 to 2 per 10s")
 	edited := time.Now()
 	d.kubectl("patch", "rlp", "algorithms", "-n", namespace, "--type=json",
@@ -167,6 +173,37 @@ func run(ctx context.Context, once, verbose bool) error {
 		sys.ControlPlane.Kubeconfig, namespace, d.pods[0].URL)
 	<-ctx.Done()
 	return nil
+}
+
+// envoy applies the Envoy sample, starts the RLS server (cmd/ratelimit's wiring, in process)
+// on the ConfigMap the controller renders for it, and asks it as Envoy would.
+func (d *demo) envoy(ctx context.Context) error {
+	step("kubectl apply -n %s -f config/samples/envoy.yaml: a policy for Envoy's domain edge", namespace)
+	fmt.Print(indent(d.kubectl("apply", "-n", namespace, "-f", filepath.Join(d.sys.Root, "config", "samples", "envoy.yaml"))))
+	file := filepath.Join(d.sys.Dir, "ratelimit", policy.DataKey)
+	if err := os.MkdirAll(filepath.Dir(file), 0o755); err != nil {
+		return err
+	}
+	if err := d.until(ctx, func() (bool, error) {
+		var cm corev1.ConfigMap
+		if err := d.sys.Client.Get(ctx, types.NamespacedName{Namespace: devenv.RLSNamespace, Name: controller.RLSConfigMapName}, &cm); err != nil {
+			return false, nil
+		}
+		data := cm.Data[policy.DataKey]
+		if !strings.Contains(data, `"domain":"edge"`) {
+			return false, nil
+		}
+		return true, os.WriteFile(file, []byte(data), 0o600)
+	}); err != nil {
+		return err
+	}
+	fmt.Printf("  rendered into ConfigMap %s/%s; the RLS server reads it from %s\n", devenv.RLSNamespace, controller.RLSConfigMapName, file)
+	addr, err := devenv.StartRLS(ctx, file, d.sys.Redis.URL())
+	if err != nil {
+		return err
+	}
+	step("Envoy's RLS v3 call ShouldRateLimit to %s, 5 times for client 10.1.2.3 (limit 3 per minute)", addr)
+	return devenv.ShowRLS(d.out, addr, "edge", [][2]string{{"generic_key", "checkout"}, {"remote_address", "10.1.2.3"}}, 5)
 }
 
 // client returns a client from a loopback address the limiter has not seen yet.

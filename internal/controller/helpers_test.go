@@ -29,7 +29,7 @@ func newPolicy(ns, name string, mutate ...func(*v1alpha1.RateLimitPolicy)) *v1al
 		TypeMeta:   metav1.TypeMeta{APIVersion: v1alpha1.GroupVersion.String(), Kind: "RateLimitPolicy"},
 		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name},
 		Spec: v1alpha1.RateLimitPolicySpec{
-			PodSelector: metav1.LabelSelector{MatchLabels: map[string]string{"app": "web"}},
+			PodSelector: &metav1.LabelSelector{MatchLabels: map[string]string{"app": "web"}},
 			Rules: []v1alpha1.Rule{{
 				Name:      "per-client",
 				Key:       []v1alpha1.KeyPart{{ClientIP: &v1alpha1.ClientIPKey{}}},

@@ -305,7 +305,7 @@ const ReasonSidecarMissing = "SidecarMissing"
 // uninjected returns the live pods p selects that ask for the sidecar but run without it,
 // sorted by name.
 func uninjected(p *v1alpha1.RateLimitPolicy, pods []corev1.Pod) []*corev1.Pod {
-	sel, err := metav1.LabelSelectorAsSelector(&p.Spec.PodSelector)
+	sel, err := metav1.LabelSelectorAsSelector(p.Spec.PodSelector)
 	if err != nil {
 		return nil // the policy is not accepted; its status says why
 	}

@@ -221,7 +221,7 @@ var _ = Describe("RateLimitPolicy controller", func() {
 	It("renders two policies of one namespace into one ConfigMap, sorted by name", func(ctx context.Context) {
 		Expect(k8sClient.Create(ctx, newPolicy(ns, "zeta"))).To(Succeed())
 		Expect(k8sClient.Create(ctx, newPolicy(ns, "alpha", func(p *v1alpha1.RateLimitPolicy) {
-			p.Spec.PodSelector = metav1.LabelSelector{MatchLabels: map[string]string{"app": "api"}}
+			p.Spec.PodSelector = &metav1.LabelSelector{MatchLabels: map[string]string{"app": "api"}}
 		}))).To(Succeed())
 		Eventually(func(g Gomega) {
 			expectReady(g, ctx, ns, "zeta", 1)
@@ -273,7 +273,7 @@ var _ = Describe("RateLimitPolicy controller", func() {
 
 		By("a pod selected by both policies when the selectors differ")
 		Expect(k8sClient.Create(ctx, newPolicy(ns, "third", func(p *v1alpha1.RateLimitPolicy) {
-			p.Spec.PodSelector = metav1.LabelSelector{MatchLabels: map[string]string{"tier": "front"}}
+			p.Spec.PodSelector = &metav1.LabelSelector{MatchLabels: map[string]string{"tier": "front"}}
 		}))).To(Succeed())
 		Eventually(func(g Gomega) { expectReady(g, ctx, ns, "third", 1) }).Should(Succeed())
 		Expect(k8sClient.Create(ctx, newPod(ns, "both", map[string]string{"app": "web", "tier": "front"}))).To(Succeed())

@@ -9,6 +9,8 @@ import (
 
 	. "github.com/onsi/ginkgo/v2"
 	. "github.com/onsi/gomega"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/rest"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -20,6 +22,9 @@ import (
 	"github.com/sluice-dev/sluice/internal/controller"
 	"github.com/sluice-dev/sluice/internal/testutil/envtestassets"
 )
+
+// rlsNamespace is the manager's namespace in the suite: the RLS ConfigMap's.
+const rlsNamespace = "sluice-system"
 
 var (
 	cfg       *rest.Config
@@ -62,6 +67,8 @@ var _ = BeforeSuite(func() {
 	})
 	Expect(err).NotTo(HaveOccurred())
 	Expect(controller.Setup(mgr, controller.Options{RenderInterval: controller.DefaultRenderInterval})).To(Succeed())
+	Expect(k8sClient.Create(context.Background(), &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: rlsNamespace}})).To(Succeed())
+	Expect(controller.SetupRateLimitService(mgr, rlsNamespace)).To(Succeed())
 	go func() {
 		defer GinkgoRecover()
 		Expect(mgr.Start(ctx)).To(Succeed())

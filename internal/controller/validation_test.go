@@ -60,6 +60,22 @@ func queue(maxDelay string) func(*v1alpha1.RateLimitPolicy) {
 	})
 }
 
+// descriptorRule makes the first rule a descriptor rule of domain edge, matching
+// [generic_key=checkout, remote_address] and keyed on remote_address; podSelector stays.
+func descriptorRule(p *v1alpha1.RateLimitPolicy) {
+	p.Spec.Domain = "edge"
+	rule0(func(r *v1alpha1.Rule) {
+		r.Match = &v1alpha1.RuleMatch{Descriptors: []v1alpha1.DescriptorMatch{{Key: "generic_key", Value: "checkout"}, {Key: "remote_address"}}}
+		r.Key = []v1alpha1.KeyPart{{Descriptor: &v1alpha1.DescriptorKeyPart{Key: "remote_address"}}}
+	})(p)
+}
+
+// domainOnly is descriptorRule without a podSelector: a policy only the RLS server serves.
+func domainOnly(p *v1alpha1.RateLimitPolicy) {
+	descriptorRule(p)
+	p.Spec.PodSelector = nil
+}
+
 func lease(maxAge string, maxUnits ...int64) func(*v1alpha1.RateLimitPolicy) {
 	return rule0(func(r *v1alpha1.Rule) {
 		r.Lease = &v1alpha1.LeaseSpec{MaxAge: v1alpha1.LeaseAge(maxAge)}
@@ -160,6 +176,56 @@ var _ = Describe("RateLimitPolicy validation", func() {
 		Entry("unknown method", rule0(func(r *v1alpha1.Rule) { r.Match = &v1alpha1.RuleMatch{Methods: []v1alpha1.HTTPMethod{"FETCH"}} }),
 			"spec.rules[0].match.methods[0]", "Unsupported value"),
 		Entry("unknown mode", rule0(func(r *v1alpha1.Rule) { r.Mode = "Maybe" }), "spec.rules[0].mode", "Unsupported value"),
+		Entry("neither podSelector nor domain", func(p *v1alpha1.RateLimitPolicy) { p.Spec.PodSelector = nil },
+			"spec", "set podSelector (sidecars enforce the policy), domain"),
+		Entry("descriptor rule without a domain", func(p *v1alpha1.RateLimitPolicy) {
+			descriptorRule(p)
+			p.Spec.Domain = ""
+		}, "spec.domain", "rules that match descriptors need spec.domain"),
+		Entry("HTTP rule without a podSelector", func(p *v1alpha1.RateLimitPolicy) {
+			domainOnly(p)
+			p.Spec.Rules = append(p.Spec.Rules, newPolicy("", "").Spec.Rules[0])
+			p.Spec.Rules[1].Name = "http"
+		}, "spec.podSelector", "without podSelector every rule must match descriptors"),
+		Entry("domain with a space", func(p *v1alpha1.RateLimitPolicy) {
+			domainOnly(p)
+			p.Spec.Domain = "my edge"
+		}, "spec.domain", "must be printable ASCII without spaces"),
+		Entry("descriptor key part in an HTTP rule", rule0(func(r *v1alpha1.Rule) {
+			r.Key = []v1alpha1.KeyPart{{Descriptor: &v1alpha1.DescriptorKeyPart{Key: "remote_address"}}}
+		}), "spec.rules[0].key", "an HTTP rule cannot key on descriptors"),
+		Entry("descriptor rule keyed on an entry it does not match", func(p *v1alpha1.RateLimitPolicy) {
+			domainOnly(p)
+			p.Spec.Rules[0].Key[0].Descriptor.Key = "user"
+		}, "spec.rules[0].key", "keys only on descriptor entries it matches"),
+		Entry("descriptor rule keyed by client IP", func(p *v1alpha1.RateLimitPolicy) {
+			domainOnly(p)
+			p.Spec.Rules[0].Key = append(p.Spec.Rules[0].Key, v1alpha1.KeyPart{ClientIP: &v1alpha1.ClientIPKey{}})
+		}, "spec.rules[0].key", "keys only on descriptor entries it matches"),
+		Entry("descriptor rule matching a path too", func(p *v1alpha1.RateLimitPolicy) {
+			domainOnly(p)
+			p.Spec.Rules[0].Match.PathPrefix = "/api/"
+		}, "spec.rules[0].match", "cannot match or cost on HTTP fields"),
+		Entry("descriptor rule with a cost header", func(p *v1alpha1.RateLimitPolicy) {
+			domainOnly(p)
+			p.Spec.Rules[0].CostHeader = "X-Cost"
+		}, "spec.rules[0].match", "use hits_addend for the cost"),
+		Entry("a descriptor key twice", func(p *v1alpha1.RateLimitPolicy) {
+			domainOnly(p)
+			p.Spec.Rules[0].Match.Descriptors[1].Key = "generic_key"
+		}, "spec.rules[0].match.descriptors", "each descriptor key appears once"),
+		Entry("a descriptor rule that queues", func(p *v1alpha1.RateLimitPolicy) {
+			domainOnly(p)
+			queue("1s")(p)
+		}, "spec.rules[0].leakyBucket.mode", "cannot queue"),
+		Entry("a descriptor rule with countWhen", func(p *v1alpha1.RateLimitPolicy) {
+			domainOnly(p)
+			countWhen(intstr.FromInt32(401))(p)
+		}, "spec.rules[0].countWhen", "cannot use countWhen"),
+		Entry("a descriptor key with a space", func(p *v1alpha1.RateLimitPolicy) {
+			domainOnly(p)
+			p.Spec.Rules[0].Match.Descriptors[0].Key = "generic key"
+		}, "spec.rules[0].match.descriptors[0].key", "must be printable ASCII without spaces"),
 		Entry("lease on SlidingWindowLog", func(p *v1alpha1.RateLimitPolicy) {
 			algorithm(v1alpha1.SlidingWindowLog)(p)
 			lease("100ms")(p)
@@ -226,6 +292,17 @@ var _ = Describe("RateLimitPolicy validation", func() {
 		Entry("a 1ms window", window("1ms")),
 		Entry("a 24h window", window("24h")),
 		Entry("cost equal to limit", rule0(func(r *v1alpha1.Rule) { r.Cost = ptr.To[int64](10) })),
+		Entry("a domain-only descriptor policy", domainOnly),
+		Entry("a domain and a podSelector, a descriptor rule and an HTTP rule", func(p *v1alpha1.RateLimitPolicy) {
+			descriptorRule(p)
+			p.Spec.Rules = append(p.Spec.Rules, newPolicy("", "").Spec.Rules[0])
+			p.Spec.Rules[1].Name = "http"
+		}),
+		Entry("a descriptor rule on a key alone, shadowed", func(p *v1alpha1.RateLimitPolicy) {
+			domainOnly(p)
+			p.Spec.Rules[0].Match.Descriptors = []v1alpha1.DescriptorMatch{{Key: "remote_address"}}
+			p.Spec.Rules[0].Mode = v1alpha1.Shadow
+		}),
 		Entry("a TokenBucket lease at its bounds", func(p *v1alpha1.RateLimitPolicy) {
 			burst(20)(p)
 			lease("10s", 20)(p)

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -31,6 +32,10 @@ import (
 // SidecarImage is the image name the manager injects; the stand-in kubelet runs the locally
 // built sluice-sidecar for it.
 const SidecarImage = "sluice.local/sidecar:dev"
+
+// RLSNamespace is the manager's namespace for the RLS renderer: the RLS ConfigMap's. Start
+// creates it.
+const RLSNamespace = "sluice-system"
 
 // RedisAddr is the address pods reach Redis at, like a Service address: a loopback address of
 // its own, so that rewriting a pod's own 127.0.0.1 to its pod address leaves it alone.
@@ -130,6 +135,10 @@ func Start(ctx context.Context, opts Options) (_ *System, err error) {
 	}
 	s.cleanups.add(s.Redis.Close)
 
+	// The manager's namespace, where the RLS renderer writes the RLS server's ConfigMap.
+	if err := s.Client.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: RLSNamespace}}); err != nil {
+		return nil, err
+	}
 	opts.Progress("Starting the manager (controller and webhook)")
 	if err := s.startManager(); err != nil {
 		return nil, err
@@ -158,6 +167,9 @@ func (s *System) startManager() error {
 		return err
 	}
 	if err := controller.Setup(mgr, controller.Options{RenderInterval: controller.DefaultRenderInterval}); err != nil {
+		return err
+	}
+	if err := controller.SetupRateLimitService(mgr, RLSNamespace); err != nil {
 		return err
 	}
 	if s.opts.MetricsAddr != "" {

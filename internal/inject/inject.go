@@ -52,6 +52,8 @@ const (
 	// when the pod's annotations do not say otherwise; the sidecar's own defaults too.
 	DefaultListenPort  int32 = 8081
 	DefaultMetricsPort int32 = 9090
+	// DefaultRLSPort is the RLS server's gRPC port (--grpc-listen).
+	DefaultRLSPort int32 = 8081
 
 	// PoliciesVolume and PodInfoVolume are the volumes added to the pod.
 	PoliciesVolume = "sluice-policies"
@@ -93,6 +95,9 @@ const (
 	FlagMaxHeaderBytes     = "max-header-bytes"
 	FlagReadHeaderTimeout  = "read-header-timeout"
 	FlagIdleTimeout        = "idle-timeout"
+	// FlagGRPCListen is the RLS server's (cmd/ratelimit) gRPC address; it shares every flag
+	// above but those of the proxy (listen, upstream, pod labels, header limits, timeouts).
+	FlagGRPCListen = "grpc-listen"
 )
 
 // PodNameFieldPath is the downward API field the webhook fills EnvName(FlagPodName) from.

@@ -63,8 +63,12 @@ type Document struct {
 // Policy is one RateLimitPolicy with every default applied and every duration in milliseconds.
 type Policy struct {
 	Name string `json:"name"`
-	// Selector selects the pods that enforce the policy, as in the API.
-	Selector metav1.LabelSelector `json:"selector"`
+	// Domain is the Envoy rate limit domain the RLS server serves the policy's descriptor
+	// rules for; empty when the policy serves none.
+	Domain string `json:"domain,omitempty"`
+	// Selector selects the pods that enforce the policy's HTTP rules, as in the API; nil (a
+	// policy that only serves a Domain) selects no pod.
+	Selector *metav1.LabelSelector `json:"selector,omitempty"`
 	// Replicas is the number of ready pods Selector matched when rendered. When Pods is nil
 	// (a document rendered for a replica count, or by an older writer) every pod holds the
 	// unnamed share, UnnamedShare(limit, Replicas).
@@ -228,11 +232,26 @@ const (
 )
 
 // Match selects requests; header names are canonical (textproto.CanonicalMIMEHeaderKey).
+// A Match with Descriptors selects Envoy descriptors, not HTTP requests: its rule is a
+// descriptor rule (see Rule.Descriptor), which sidecars skip and the RLS server decides.
 type Match struct {
 	PathPrefix string        `json:"pathPrefix,omitempty"`
 	Methods    []string      `json:"methods,omitempty"`
 	Headers    []HeaderMatch `json:"headers,omitempty"`
+	// Descriptors, in order, are the entries of the descriptors the rule matches: exactly
+	// these keys in this order, each with Value when Value is not empty.
+	Descriptors []DescriptorEntry `json:"descriptors,omitempty"`
 }
+
+// DescriptorEntry is one entry of an Envoy descriptor; an empty Value matches any value.
+type DescriptorEntry struct {
+	Key   string `json:"key"`
+	Value string `json:"value,omitempty"`
+}
+
+// Descriptor reports whether r is a descriptor rule: one the RLS server decides for its
+// policy's Domain, and sidecars skip.
+func (r Rule) Descriptor() bool { return r.Match != nil && len(r.Match.Descriptors) > 0 }
 
 // HeaderMatch is a header that must have exactly Value.
 type HeaderMatch struct {
@@ -247,6 +266,9 @@ const (
 	SourcePath     = "path"
 	SourceMethod   = "method"
 	SourceQuery    = "query"
+	// SourceDescriptor keys by the value of the descriptor entry whose key is Name
+	// (descriptor rules only).
+	SourceDescriptor = "descriptor"
 )
 
 // KeyPart is one part of a rule's key: a source and, for header and query, a name (canonical
@@ -274,9 +296,13 @@ func (r Rule) LimiterLimit() limiter.Limit {
 	}
 }
 
-// Selects reports whether the policy applies to a pod with these labels.
+// Selects reports whether the policy applies to a pod with these labels; never when the
+// policy has no Selector.
 func (p Policy) Selects(podLabels map[string]string) bool {
-	sel, err := metav1.LabelSelectorAsSelector(&p.Selector)
+	if p.Selector == nil {
+		return false
+	}
+	sel, err := metav1.LabelSelectorAsSelector(p.Selector)
 	if err != nil {
 		return false
 	}
@@ -300,7 +326,10 @@ func (d *Document) Validate() error {
 
 // Validate checks one policy as Document.Validate does; render calls it on what it compiled.
 func (p Policy) Validate() error {
-	if _, err := metav1.LabelSelectorAsSelector(&p.Selector); err != nil {
+	if p.Selector == nil && p.Domain == "" {
+		return errors.New("neither a selector nor a domain: nothing would enforce the policy")
+	}
+	if _, err := metav1.LabelSelectorAsSelector(p.Selector); err != nil {
 		return fmt.Errorf("selector: %w", err)
 	}
 	switch p.FailureMode {
@@ -340,6 +369,15 @@ func (p Policy) Validate() error {
 	for _, r := range p.Rules {
 		if err := r.validate(); err != nil {
 			return fmt.Errorf("rule %s: %w", r.Name, err)
+		}
+		if r.Descriptor() && p.Domain == "" {
+			return fmt.Errorf("rule %s matches descriptors but the policy has no domain", r.Name)
+		}
+		if r.Descriptor() && r.LeakyMode == string(limiter.Queue) {
+			return fmt.Errorf("rule %s matches descriptors and queues, which Envoy's rate limit service cannot", r.Name)
+		}
+		if r.Descriptor() && len(r.CountWhen) > 0 {
+			return fmt.Errorf("rule %s matches descriptors and has countWhen, which Envoy's rate limit service cannot: it never sees the response", r.Name)
 		}
 	}
 	return nil
@@ -386,11 +424,18 @@ func (r Rule) validate() error {
 		return errors.New("empty key")
 	}
 	for _, k := range r.Key {
+		if (k.Source == SourceDescriptor) != r.Descriptor() {
+			return fmt.Errorf("key part %s in a rule that does not match descriptors, or an HTTP key part in one that does", k.Source)
+		}
 		switch k.Source {
 		case SourceClientIP, SourcePath, SourceMethod:
 		case SourceHeader, SourceQuery:
 			if k.Name == "" {
 				return fmt.Errorf("key part %s without a name", k.Source)
+			}
+		case SourceDescriptor:
+			if !slices.ContainsFunc(r.Match.Descriptors, func(e DescriptorEntry) bool { return e.Key == k.Name }) {
+				return fmt.Errorf("key part descriptor %q is not one of the descriptor entries the rule matches", k.Name)
 			}
 		default:
 			return fmt.Errorf("key part source %q is unknown", k.Source)

@@ -11,7 +11,7 @@ import (
 func validDoc() *Document {
 	return &Document{Version: Version, Namespace: "shop", Policies: []Policy{{
 		Name:        "api",
-		Selector:    metav1.LabelSelector{MatchLabels: map[string]string{"app": "web"}},
+		Selector:    &metav1.LabelSelector{MatchLabels: map[string]string{"app": "web"}},
 		FailureMode: "Local",
 		Response:    Response{StatusCode: 429, Headers: "Both"},
 		Rules: []Rule{{Name: "r", Key: []KeyPart{{Source: SourceClientIP}}, Algorithm: "TokenBucket",
@@ -45,6 +45,13 @@ func TestParseRejectsWhatReadersCannotUse(t *testing.T) {
 			d.Policies[0].Rules[0].Algorithm, d.Policies[0].Rules[0].Burst = "SlidingWindowLog", 0
 			d.Policies[0].Rules[0].Lease = &Lease{MaxAgeMs: 100}
 		}, "lease: leases do not apply to SlidingWindowLog"},
+		"countWhen on a descriptor rule": {func(d *Document) {
+			p := &d.Policies[0]
+			p.Domain = "edge"
+			p.Rules[0].Match = &Match{Descriptors: []DescriptorEntry{{Key: "remote_address"}}}
+			p.Rules[0].Key = []KeyPart{{Source: SourceDescriptor, Name: "remote_address"}}
+			p.Rules[0].CountWhen = []StatusRange{{Lo: 401, Hi: 401}}
+		}, "matches descriptors and has countWhen"},
 		"pods unsorted":   {func(d *Document) { d.Policies[0].Replicas, d.Policies[0].Pods = 2, []string{"b", "a"} }, "not sorted"},
 		"pods twice":      {func(d *Document) { d.Policies[0].Replicas, d.Policies[0].Pods = 2, []string{"a", "a"} }, "not sorted"},
 		"pods miscounted": {func(d *Document) { d.Policies[0].Replicas, d.Policies[0].Pods = 3, []string{"a", "b"} }, "replicas 3"},

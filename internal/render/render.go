@@ -33,11 +33,12 @@ import (
 func Compile(p *v1alpha1.RateLimitPolicy) (policy.Policy, error) {
 	out := policy.Policy{
 		Name:        p.Name,
-		Selector:    *p.Spec.PodSelector.DeepCopy(),
+		Domain:      p.Spec.Domain,
+		Selector:    p.Spec.PodSelector.DeepCopy(),
 		FailureMode: policy.FailureMode(orDefault(p.Spec.FailureMode, v1alpha1.FailureLocal)),
 		Response:    policy.Response{StatusCode: 429, Headers: policy.HeaderStyle(v1alpha1.HeadersBoth)},
 	}
-	if _, err := metav1.LabelSelectorAsSelector(&out.Selector); err != nil {
+	if _, err := metav1.LabelSelectorAsSelector(out.Selector); err != nil {
 		return policy.Policy{}, fmt.Errorf("spec.podSelector: %w", err)
 	}
 	for _, c := range p.Spec.TrustedProxies {
@@ -132,7 +133,7 @@ func compileRule(r v1alpha1.Rule) (policy.Rule, error) {
 			out.CountWhen = append(out.CountWhen, sr)
 		}
 	}
-	if m := r.Match; m != nil && (m.PathPrefix != "" || len(m.Methods) > 0 || len(m.Headers) > 0) {
+	if m := r.Match; m != nil && (m.PathPrefix != "" || len(m.Methods) > 0 || len(m.Headers) > 0 || len(m.Descriptors) > 0) {
 		out.Match = &policy.Match{PathPrefix: m.PathPrefix}
 		for _, method := range m.Methods {
 			out.Match.Methods = append(out.Match.Methods, string(method))
@@ -142,6 +143,9 @@ func compileRule(r v1alpha1.Rule) (policy.Rule, error) {
 			out.Match.Headers = append(out.Match.Headers, policy.HeaderMatch{Name: canonicalHeader(string(h.Name)), Value: h.Value})
 		}
 		slices.SortFunc(out.Match.Headers, func(a, b policy.HeaderMatch) int { return strings.Compare(a.Name, b.Name) })
+		for _, d := range m.Descriptors { // in order: a descriptor's entries are a path
+			out.Match.Descriptors = append(out.Match.Descriptors, policy.DescriptorEntry{Key: string(d.Key), Value: d.Value})
+		}
 	}
 	for i, k := range r.Key {
 		part, err := compileKeyPart(k)
@@ -170,8 +174,11 @@ func compileKeyPart(k v1alpha1.KeyPart) (policy.KeyPart, error) {
 	if k.Query != nil {
 		parts = append(parts, policy.KeyPart{Source: policy.SourceQuery, Name: k.Query.Name})
 	}
+	if k.Descriptor != nil {
+		parts = append(parts, policy.KeyPart{Source: policy.SourceDescriptor, Name: string(k.Descriptor.Key)})
+	}
 	if len(parts) != 1 {
-		return policy.KeyPart{}, fmt.Errorf("sets %d sources; exactly one of clientIP, header, path, method, query is allowed", len(parts))
+		return policy.KeyPart{}, fmt.Errorf("sets %d sources; exactly one of clientIP, header, path, method, query, descriptor is allowed", len(parts))
 	}
 	return parts[0], nil
 }
@@ -265,14 +272,21 @@ func Build(namespace string, policies []v1alpha1.RateLimitPolicy, pods Pods) (*p
 			verdicts[p.Name] = Verdict{Err: err}
 			continue
 		}
-		sel, _ := metav1.LabelSelectorAsSelector(&compiled.Selector) // Compile checked it.
-		compiled.Pods, compiled.Replicas = pods.Ready(sel)
-		if compiled.Pods != nil {
-			compiled.Replicas = int32(len(compiled.Pods))
+		sel, _ := metav1.LabelSelectorAsSelector(compiled.Selector) // Compile checked it.
+		if compiled.Selector != nil {
+			compiled.Pods, compiled.Replicas = pods.Ready(sel)
+			if compiled.Pods != nil {
+				compiled.Replicas = int32(len(compiled.Pods))
+			}
+		} else {
+			compiled.Pods = []string{} // no pod enforces it: the RLS document sets its own
 		}
 		v := Verdict{MatchedPods: compiled.Replicas}
 		for _, k := range kept {
-			if name, ok := sharedRuleName(compiled, k.compiled); ok && (sel.String() == k.selector.String() || pods.Shared(sel, k.selector)) {
+			// A policy without a selector runs in no sidecar; its descriptor rules' counters
+			// are the policy's own, so a shared rule name is no conflict.
+			bothPods := compiled.Selector != nil && k.compiled.Selector != nil
+			if name, ok := sharedRuleName(compiled, k.compiled); ok && bothPods && (sel.String() == k.selector.String() || pods.Shared(sel, k.selector)) {
 				v.Err = fmt.Errorf("rule %q is also defined by policy %q, which selects the same pods; rename one of the rules", name, k.compiled.Name)
 				v.Conflict = true
 				break

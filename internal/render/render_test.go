@@ -24,6 +24,7 @@ import (
 func TestCompileAppliesDefaultsAndNormalises(t *testing.T) {
 	p := &v1alpha1.RateLimitPolicy{}
 	p.Name = "p"
+	p.Spec.PodSelector = &metav1.LabelSelector{}
 	p.Spec.Rules = []v1alpha1.Rule{
 		{Name: "z", Key: []v1alpha1.KeyPart{{Header: &v1alpha1.HeaderKey{Name: "x-api-key"}}}, Algorithm: v1alpha1.LeakyBucket, Limit: 5, Window: "1m30s",
 			Match: &v1alpha1.RuleMatch{Methods: []v1alpha1.HTTPMethod{"POST", "GET"}, Headers: []v1alpha1.HeaderMatch{{Name: "x-tier", Value: "free"}}}},
@@ -66,7 +67,7 @@ func TestBuildFixedReplicas(t *testing.T) {
 	mk := func(name string, sel map[string]string) v1alpha1.RateLimitPolicy {
 		p := v1alpha1.RateLimitPolicy{}
 		p.Name = name
-		p.Spec.PodSelector = metav1.LabelSelector{MatchLabels: sel}
+		p.Spec.PodSelector = &metav1.LabelSelector{MatchLabels: sel}
 		p.Spec.Rules = []v1alpha1.Rule{{Name: "r", Key: []v1alpha1.KeyPart{{Method: &v1alpha1.MethodKey{}}}, Algorithm: v1alpha1.TokenBucket, Limit: 1, Window: "1s"}}
 		return p
 	}
@@ -108,6 +109,7 @@ func TestAPIEnumsAreTheFormatsVocabulary(t *testing.T) {
 	base := func() *v1alpha1.RateLimitPolicy {
 		p := &v1alpha1.RateLimitPolicy{}
 		p.Name = "p"
+		p.Spec.PodSelector = &metav1.LabelSelector{}
 		p.Spec.Rules = []v1alpha1.Rule{{Name: "r", Key: []v1alpha1.KeyPart{{Path: &v1alpha1.PathKey{}}}, Algorithm: v1alpha1.FixedWindow, Limit: 1, Window: "1s"}}
 		return p
 	}
@@ -150,6 +152,49 @@ func TestAPIEnumsAreTheFormatsVocabulary(t *testing.T) {
 	}
 }
 
+// TestCompileDomain: a domain policy's descriptor rules keep their entries in order (a path of
+// the descriptor tree), key on descriptor entries, and a policy without podSelector selects no
+// pod and shares rule names with a pod policy without a conflict.
+func TestCompileDomain(t *testing.T) {
+	p := v1alpha1.RateLimitPolicy{}
+	p.Name = "edge"
+	p.Spec.Domain = "edge"
+	p.Spec.Rules = []v1alpha1.Rule{{Name: "r", Algorithm: v1alpha1.FixedWindow, Limit: 3, Window: "1m",
+		Match: &v1alpha1.RuleMatch{Descriptors: []v1alpha1.DescriptorMatch{{Key: "generic_key", Value: "checkout"}, {Key: "remote_address"}}},
+		Key:   []v1alpha1.KeyPart{{Descriptor: &v1alpha1.DescriptorKeyPart{Key: "remote_address"}}}}}
+	got, err := Compile(&p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := got.Rules[0]
+	if got.Domain != "edge" || got.Selector != nil || !r.Descriptor() ||
+		!slices.Equal(r.Match.Descriptors, []policy.DescriptorEntry{{Key: "generic_key", Value: "checkout"}, {Key: "remote_address"}}) ||
+		!slices.Equal(r.Key, []policy.KeyPart{{Source: policy.SourceDescriptor, Name: "remote_address"}}) {
+		t.Fatalf("compiled %+v, rule %+v %+v", got, r, r.Match)
+	}
+	pods := p.DeepCopy()
+	pods.Name, pods.Spec.Domain = "pods", ""
+	pods.Spec.PodSelector = &metav1.LabelSelector{}
+	pods.Spec.Rules[0].Match, pods.Spec.Rules[0].Key = nil, []v1alpha1.KeyPart{{Path: &v1alpha1.PathKey{}}}
+	doc, verdicts := Build("ns", []v1alpha1.RateLimitPolicy{p, *pods}, NamedPods{"a"})
+	if len(doc.Policies) != 2 || verdicts["edge"].Err != nil || verdicts["pods"].Err != nil {
+		t.Fatalf("verdicts %+v", verdicts)
+	}
+	if e := doc.Policies[0]; e.Name != "edge" || e.Replicas != 0 || e.Pods == nil || len(e.Pods) != 0 || e.Selects(map[string]string{}) {
+		t.Fatalf("a domain-only policy holds pods or selects one: %+v", e)
+	}
+
+	p.Spec.Rules[0].Key = []v1alpha1.KeyPart{{Descriptor: &v1alpha1.DescriptorKeyPart{Key: "user"}}}
+	if _, err := Compile(&p); err == nil || !strings.Contains(err.Error(), `descriptor "user"`) {
+		t.Fatalf("a key on an entry the rule does not match compiled: %v", err)
+	}
+	p.Spec.Domain = ""
+	p.Spec.Rules[0].Key = []v1alpha1.KeyPart{{Descriptor: &v1alpha1.DescriptorKeyPart{Key: "remote_address"}}}
+	if _, err := Compile(&p); err == nil || !strings.Contains(err.Error(), "neither a selector nor a domain") {
+		t.Fatalf("a policy nothing enforces compiled: %v", err)
+	}
+}
+
 // bigPolicies are n policies of 64 rules, each rule's match carrying junk random hex bytes
 // that gzip cannot shrink below half: about 130 KiB compressed per policy with junk 4000.
 func bigPolicies(n, junk int) []v1alpha1.RateLimitPolicy {
@@ -166,7 +211,7 @@ func bigPolicies(n, junk int) []v1alpha1.RateLimitPolicy {
 	for i := range n {
 		p := v1alpha1.RateLimitPolicy{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: fmt.Sprintf("big-%02d", i),
 			CreationTimestamp: metav1.Unix(int64(1770000000+i), 0)}}
-		p.Spec.PodSelector = metav1.LabelSelector{MatchLabels: map[string]string{"app": "web"}}
+		p.Spec.PodSelector = &metav1.LabelSelector{MatchLabels: map[string]string{"app": "web"}}
 		for j := range 64 {
 			r := v1alpha1.Rule{Name: fmt.Sprintf("%s-r%02d", p.Name, j), Key: []v1alpha1.KeyPart{{ClientIP: &v1alpha1.ClientIPKey{}}},
 				Algorithm: v1alpha1.TokenBucket, Limit: int64(10 + j), Window: "1m",
@@ -268,6 +313,7 @@ func TestFitterRemembers(t *testing.T) {
 func TestCompileCalendar(t *testing.T) {
 	p := &v1alpha1.RateLimitPolicy{}
 	p.Name = "p"
+	p.Spec.PodSelector = &metav1.LabelSelector{}
 	p.Spec.Rules = []v1alpha1.Rule{{Name: "m", Key: []v1alpha1.KeyPart{{ClientIP: &v1alpha1.ClientIPKey{}}}, Algorithm: v1alpha1.FixedWindow,
 		Limit: 100000, Calendar: &v1alpha1.CalendarSpec{Period: v1alpha1.Month}}}
 	got, err := Compile(p)
@@ -300,6 +346,7 @@ func TestCompileCalendar(t *testing.T) {
 func TestCompileCountWhen(t *testing.T) {
 	p := &v1alpha1.RateLimitPolicy{}
 	p.Name = "p"
+	p.Spec.PodSelector = &metav1.LabelSelector{}
 	p.Spec.Rules = []v1alpha1.Rule{{Name: "f", Key: []v1alpha1.KeyPart{{ClientIP: &v1alpha1.ClientIPKey{}}}, Algorithm: v1alpha1.FixedWindow,
 		Limit: 10, Window: "1h", CountWhen: &v1alpha1.CountWhen{StatusCodes: []intstr.IntOrString{intstr.FromInt32(401), intstr.FromString("500-599")}}}}
 	got, err := Compile(p)

@@ -216,7 +216,7 @@ func Targets(policies []v1alpha1.RateLimitPolicy, pods []corev1.Pod) ([]Policy, 
 	var out []Policy
 	targets := map[string]Target{}
 	for _, p := range policies {
-		sel, err := metav1.LabelSelectorAsSelector(&p.Spec.PodSelector)
+		sel, err := metav1.LabelSelectorAsSelector(p.Spec.PodSelector)
 		if err != nil {
 			return nil, nil, fmt.Errorf("policy %s: %w", p.Name, err)
 		}

@@ -173,7 +173,7 @@ func TestTargets(t *testing.T) {
 	}
 	policies := []v1alpha1.RateLimitPolicy{{
 		ObjectMeta: metav1.ObjectMeta{Name: "web"},
-		Spec: v1alpha1.RateLimitPolicySpec{PodSelector: metav1.LabelSelector{MatchLabels: map[string]string{"app": "web"}},
+		Spec: v1alpha1.RateLimitPolicySpec{PodSelector: &metav1.LabelSelector{MatchLabels: map[string]string{"app": "web"}},
 			FailureMode: v1alpha1.FailureLocal, Rules: []v1alpha1.Rule{{Name: "b"}, {Name: "a"}}},
 	}}
 	ps, targets, err := status.Targets(policies, pods)

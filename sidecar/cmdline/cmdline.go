@@ -50,9 +50,19 @@ func NewFlagSet(o *Options, h flag.ErrorHandling) *flag.FlagSet {
 	fs := flag.NewFlagSet("sluice-sidecar", h)
 	fs.StringVar(&o.Listen, inject.FlagListen, fmt.Sprintf(":%d", inject.DefaultListenPort), "address the proxy listens on (HTTP/1.1 and h2c)")
 	fs.StringVar(&o.Upstream, inject.FlagUpstream, "http://127.0.0.1:8080", "URL of the application")
-	fs.StringVar(&o.Config, inject.FlagConfig, path.Join(inject.PoliciesDir, policy.DataKey), "rendered policies file; absent means no policies")
 	fs.StringVar(&o.PodLabelsFile, inject.FlagPodLabelsFile, path.Join(inject.PodInfoDir, inject.PodLabelsFile), "downward API labels file (key=\"value\" lines); empty for none")
 	fs.StringVar(&o.PodLabels, inject.FlagPodLabels, "", "pod labels as k=v,k2=v2; override the file's")
+	sharedFlags(fs, o)
+	fs.IntVar(&o.MaxHeaderBytes, inject.FlagMaxHeaderBytes, proxy.DefaultMaxHeaderBytes, "largest request head (request line and header fields) in bytes; larger ones are answered 431 (414 for the request line)")
+	fs.DurationVar(&o.ReadHeaderTimeout, inject.FlagReadHeaderTimeout, proxy.DefaultReadHeaderTimeout, "how long a client may take to send a request's head")
+	fs.DurationVar(&o.IdleTimeout, inject.FlagIdleTimeout, proxy.DefaultIdleTimeout, "how long a kept-alive client connection may wait for its next request")
+	return fs
+}
+
+// sharedFlags are the flags of the sidecar that the RLS server has too: the policies, the
+// replica's name, Redis, the breaker, the local store, metrics, logs and shutdown.
+func sharedFlags(fs *flag.FlagSet, o *Options) {
+	fs.StringVar(&o.Config, inject.FlagConfig, path.Join(inject.PoliciesDir, policy.DataKey), "rendered policies file; absent means no policies")
 	fs.StringVar(&o.PodName, inject.FlagPodName, "", "this pod's name (the webhook sets "+inject.EnvName(inject.FlagPodName)+" from the downward API); ranks the pod for its exact local share, which is 0 while empty and the policy lists its pods")
 	fs.StringVar(&o.RedisURL, inject.FlagRedisURL, "", "Redis URL ("+strings.Join(redisstore.URLSchemes(), "://, ")+"://); empty decides locally")
 	fs.DurationVar(&o.RedisTimeout, inject.FlagRedisTimeout, redisstore.DefaultTimeout, "budget of one Redis call")
@@ -66,10 +76,35 @@ func NewFlagSet(o *Options, h flag.ErrorHandling) *flag.FlagSet {
 	fs.IntVar(&o.LocalMaxKeys, inject.FlagLocalMaxKeys, limiter.DefaultMaxKeys, "most keys the local store holds")
 	fs.StringVar(&o.LogLevel, inject.FlagLogLevel, "info", "debug, info, warn or error")
 	fs.BoolVar(&o.Pprof, inject.FlagPprof, false, "serve /debug/pprof/ on the metrics listener")
-	fs.IntVar(&o.MaxHeaderBytes, inject.FlagMaxHeaderBytes, proxy.DefaultMaxHeaderBytes, "largest request head (request line and header fields) in bytes; larger ones are answered 431 (414 for the request line)")
-	fs.DurationVar(&o.ReadHeaderTimeout, inject.FlagReadHeaderTimeout, proxy.DefaultReadHeaderTimeout, "how long a client may take to send a request's head")
-	fs.DurationVar(&o.IdleTimeout, inject.FlagIdleTimeout, proxy.DefaultIdleTimeout, "how long a kept-alive client connection may wait for its next request")
+}
+
+// RLSOptions are the RLS server's (cmd/ratelimit) settings: the flags it shares with the
+// sidecar, and its gRPC address. The proxy's fields of Options stay zero.
+type RLSOptions struct {
+	Options
+	GRPCListen string
+}
+
+// NewRLSFlagSet returns the RLS server's flag set, which stores into o.
+func NewRLSFlagSet(o *RLSOptions, h flag.ErrorHandling) *flag.FlagSet {
+	fs := flag.NewFlagSet("sluice-ratelimit", h)
+	fs.StringVar(&o.GRPCListen, inject.FlagGRPCListen, fmt.Sprintf(":%d", inject.DefaultRLSPort), "address of the gRPC rate limit service (envoy.service.ratelimit.v3)")
+	sharedFlags(fs, &o.Options)
 	return fs
+}
+
+// ParseRLS is Parse for the RLS server: its flags, the same SLUICE_ variables.
+func ParseRLS(args []string, h flag.ErrorHandling, lookupEnv func(string) (string, bool)) (*RLSOptions, error) {
+	o := &RLSOptions{}
+	fs := NewRLSFlagSet(o, h)
+	if err := fs.Parse(args); err != nil {
+		return nil, err
+	}
+	if err := envDefaults(fs, lookupEnv); err != nil {
+		return nil, err
+	}
+	o.RedisPassword, _ = lookupEnv(inject.EnvRedisPassword)
+	return o, nil
 }
 
 // Parse parses args with the sidecar's flag set, then sets every flag not given on the

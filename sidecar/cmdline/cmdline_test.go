@@ -39,3 +39,25 @@ func TestParseFlagsAndEnvironment(t *testing.T) {
 		t.Fatal("the password has a flag; it must only come from the environment")
 	}
 }
+
+// TestParseRLS: the RLS server shares the sidecar's Redis, breaker, config and metrics flags
+// and variables, adds --grpc-listen, and has none of the proxy's flags.
+func TestParseRLS(t *testing.T) {
+	env := map[string]string{"SLUICE_REDIS_URL": "redis://r:6379", "SLUICE_POD_NAME": "rls-0", "SLUICE_REDIS_PASSWORD": "pw"}
+	lookup := func(k string) (string, bool) { v, ok := env[k]; return v, ok }
+	o, err := ParseRLS([]string{"--breaker-threshold=3"}, flag.ContinueOnError, lookup)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if o.GRPCListen != ":8081" || o.MetricsListen != ":9090" || o.Config != "/etc/sluice/policies.json" || o.RedisURL != "redis://r:6379" ||
+		o.PodName != "rls-0" || o.RedisPassword != "pw" || o.BreakerThreshold != 3 {
+		t.Fatalf("options %+v", o)
+	}
+	for _, proxyOnly := range []string{"--upstream=http://x", "--listen=:1", "--pod-labels=a=b", "--max-header-bytes=2048"} {
+		fs := NewRLSFlagSet(&RLSOptions{}, flag.ContinueOnError)
+		fs.SetOutput(io.Discard)
+		if err := fs.Parse([]string{proxyOnly}); err == nil {
+			t.Errorf("the RLS server accepts the proxy's %s", proxyOnly)
+		}
+	}
+}

@@ -33,6 +33,9 @@ type Config struct {
 	Policies []*Policy
 	// Labels are the pod labels the policies were selected with.
 	Labels map[string]string
+	// Domains are, for the RLS server (Loader.Domains), the descriptor rules of every policy
+	// with a domain, by domain, in the document's order; Policies is then empty.
+	Domains map[string][]*Rule
 	// hash identifies the inputs, so an unchanged re-read publishes nothing.
 	hash string
 }
@@ -76,6 +79,9 @@ type Rule struct {
 	CountWhen []policy.StatusRange
 	// Queue is true for LeakyBucket Queue rules, which delay requests.
 	Queue bool
+	// Descriptors are the entries a descriptor rule matches (see policy.Match); nil for an
+	// HTTP rule.
+	Descriptors []policy.DescriptorEntry
 	// Lease is the rule's lease parameters; nil decides every request in the store.
 	Lease *lease.Params
 	// DraftPolicy is the RateLimit-Policy field value, `"name";q=capacity;w=seconds`.
@@ -141,7 +147,29 @@ func CompileFor(doc *policy.Document, labels map[string]string, podName string, 
 	return c, nil
 }
 
+// CompileDomains compiles, for the RLS server replica podName, the descriptor rules of every
+// policy of doc that has a domain (Config.Domains); HTTP rules and pod selectors are ignored.
+func CompileDomains(doc *policy.Document, podName string, m *metrics.Metrics) (*Config, error) {
+	c := &Config{Present: true, Namespace: doc.Namespace, Domains: map[string][]*Rule{}}
+	for _, p := range doc.Policies {
+		if p.Domain == "" {
+			continue
+		}
+		cp, err := compilePolicyRules(p, podName, m, true)
+		if err != nil {
+			return nil, fmt.Errorf("policy %s: %w", p.Name, err)
+		}
+		c.Domains[p.Domain] = append(c.Domains[p.Domain], cp.Rules...)
+	}
+	return c, nil
+}
+
 func compilePolicy(p policy.Policy, podName string, m *metrics.Metrics) (*Policy, error) {
+	return compilePolicyRules(p, podName, m, false)
+}
+
+// compilePolicyRules compiles p with its descriptor rules (descriptors) or its HTTP rules.
+func compilePolicyRules(p policy.Policy, podName string, m *metrics.Metrics, descriptors bool) (*Policy, error) {
 	trusted, err := keys.ParseTrusted(p.TrustedProxies)
 	if err != nil {
 		return nil, fmt.Errorf("trustedProxies: %w", err)
@@ -163,6 +191,9 @@ func compilePolicy(p policy.Policy, podName string, m *metrics.Metrics) (*Policy
 		cp.StatusCode = 429
 	}
 	for _, r := range p.Rules {
+		if r.Descriptor() != descriptors {
+			continue // a sidecar decides HTTP rules, the RLS server descriptor rules
+		}
 		lim := r.LimiterLimit()
 		if err := lim.Validate(); err != nil {
 			return nil, fmt.Errorf("rule %s: %w", r.Name, err)
@@ -188,6 +219,7 @@ func compilePolicy(p policy.Policy, podName string, m *metrics.Metrics) (*Policy
 			Shadow:      r.Mode == policy.Shadow,
 			CountWhen:   r.CountWhen,
 			Queue:       lim.Algorithm == limiter.LeakyBucket && lim.Mode == limiter.Queue,
+			Descriptors: descriptorsOf(r),
 			DraftPolicy: quoted + ";q=" + strconv.FormatInt(lim.Capacity(), 10) + ";w=" + strconv.FormatInt(window, 10),
 			LimitValue:  strconv.FormatInt(lim.Capacity(), 10),
 			Quoted:      quoted,
@@ -195,6 +227,28 @@ func compilePolicy(p policy.Policy, podName string, m *metrics.Metrics) (*Policy
 		})
 	}
 	return cp, nil
+}
+
+func descriptorsOf(r policy.Rule) []policy.DescriptorEntry {
+	if !r.Descriptor() {
+		return nil
+	}
+	return r.Match.Descriptors
+}
+
+// MatchesDescriptor reports whether a descriptor rule matches a descriptor: the same number
+// of entries, entry i with the rule's key i and, when the rule gives one, its value i.
+// value(i) and key(i) read the descriptor's entry i; n is its number of entries.
+func (r *Rule) MatchesDescriptor(n int, key, value func(i int) string) bool {
+	if n != len(r.Descriptors) || n == 0 {
+		return false
+	}
+	for i, e := range r.Descriptors {
+		if key(i) != e.Key || (e.Value != "" && value(i) != e.Value) {
+			return false
+		}
+	}
+	return true
 }
 
 // LocalShare is the share of lim the pod podName holds under p while Redis cannot decide:

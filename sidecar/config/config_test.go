@@ -419,3 +419,24 @@ func BenchmarkLoadCompressed(b *testing.B) {
 		}
 	}
 }
+
+// TestCompileSkipsDescriptorRules: a sidecar compiles a policy's HTTP rules only; its
+// descriptor rules are the RLS server's, and no HTTP request could match them.
+func TestCompileSkipsDescriptorRules(t *testing.T) {
+	desc := st.Rule("desc", 5, time.Minute, func(r *policy.Rule) {
+		r.Match = &policy.Match{Descriptors: []policy.DescriptorEntry{{Key: "generic_key", Value: "checkout"}}}
+		r.Key = []policy.KeyPart{{Source: policy.SourceDescriptor, Name: "generic_key"}}
+	})
+	p := st.Policy("both", []policy.Rule{desc, st.Rule("http", 5, time.Minute)}, func(p *policy.Policy) { p.Domain = "edge" })
+	doc, err := policy.Parse(st.Doc(t, p))
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := Compile(doc, nil, metrics.New())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(c.Policies) != 1 || len(c.Policies[0].Rules) != 1 || c.Policies[0].Rules[0].Name != "http" {
+		t.Fatalf("compiled %+v", c.Policies)
+	}
+}

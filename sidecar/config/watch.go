@@ -44,6 +44,9 @@ type Loader struct {
 	// PodName is this pod's name (--pod-name), which ranks it among a policy's pods for its
 	// local shares; empty when not known.
 	PodName string
+	// Domains makes the loader compile for the RLS server: every policy's descriptor rules by
+	// domain (CompileDomains), for the replica PodName, instead of the policies Labels select.
+	Domains bool
 	// Recheck is the period of the re-read that backs up file events.
 	Recheck time.Duration
 	// Clock ticks the re-read; nil means the real clock.
@@ -145,6 +148,10 @@ func (l *Loader) load() error {
 		names = append(names, p.Name)
 		rules += len(p.Rules)
 	}
+	for d, rs := range next.Domains {
+		names = append(names, "domain "+d)
+		rules += len(rs)
+	}
 	l.Log.Info("Loaded policies", "config", l.ConfigPath, "generation", next.Generation,
 		"namespace", next.Namespace, "policies", names, "rules", rules, "labels", next.Labels, "sha256", hash[:16])
 	return nil
@@ -165,6 +172,9 @@ func (l *Loader) compile(present bool, data, compressed, labelData []byte) (*Con
 	doc, err := policy.Decode(data, compressed)
 	if err != nil {
 		return nil, err
+	}
+	if l.Domains {
+		return CompileDomains(doc, l.PodName, l.Metrics)
 	}
 	return CompileFor(doc, labels, l.PodName, l.Metrics)
 }

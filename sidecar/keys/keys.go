@@ -303,6 +303,26 @@ func (k *Key) Append(dst []byte, req *Request) []byte {
 	return dst
 }
 
+// AppendDescriptor appends the key of a descriptor rule to dst, its descriptor parts
+// (policy.SourceDescriptor) read with value, which returns the value of the descriptor's
+// entry of that key. Other sources add nothing: a descriptor rule has none. An empty value
+// gives the rule's shared Missing key, as a missing header does.
+func (k *Key) AppendDescriptor(dst []byte, value func(key string) string) []byte {
+	start := len(dst)
+	dst = append(dst, k.prefix...)
+	for _, p := range k.parts {
+		if p.Source != policy.SourceDescriptor {
+			continue
+		}
+		v := value(p.Name)
+		if v == "" {
+			return append(dst[:start], k.Missing()...)
+		}
+		dst = appendPart(dst, v)
+	}
+	return dst
+}
+
 // Parts is how many values the key is built from, one per key part.
 func (k *Key) Parts() int { return len(k.parts) }
 

@@ -2,31 +2,19 @@ package proxy
 
 import (
 	"context"
-	"errors"
 	"sync"
 	"time"
 
 	"github.com/sluice-dev/sluice/internal/limiter"
-	"github.com/sluice-dev/sluice/internal/limiter/redisstore"
 	"github.com/sluice-dev/sluice/internal/policy"
-	"github.com/sluice-dev/sluice/sidecar/breaker"
 	"github.com/sluice-dev/sluice/sidecar/config"
+	"github.com/sluice-dev/sluice/sidecar/decide"
 	"github.com/sluice-dev/sluice/sidecar/keys"
 )
 
 // This file is the request path's decision, written once for both servers (fasthttp's for
 // HTTP/1.1, net/http's for h2c): they fill a keys.Request view, call decide, and render
 // the decision in their own response type.
-
-// outcome is how one rule was decided.
-type outcome uint8
-
-const (
-	decided     outcome = iota // res holds a decision (Redis or local)
-	skipped                    // failure mode Open: admitted without a decision
-	unavailable                // failure mode Closed: answer 503
-	canceled                   // the client went away
-)
 
 // verdict accumulates the decisions of one request.
 type verdict struct {
@@ -116,11 +104,7 @@ func (h *Handler) settle(d *decision, status int) {
 
 // Store is what the request path needs of a store: single takes, whole requests and late
 // charges.
-type Store interface {
-	limiter.Store
-	limiter.RequestStore
-	limiter.Charger
-}
+type Store = decide.Store
 
 // maxInline is how many matching rules a request decides without allocating its scratch.
 const maxInline = 8
@@ -167,44 +151,31 @@ func (h *Handler) decide(ctx context.Context, cfg *config.Config, req *keys.Requ
 	}
 	res = res[:len(takes)]
 	var (
-		out   outcome
+		out   decide.Outcome
 		local bool
 	)
-	rules, takes, out, local = h.takeRequest(ctx, pols, rules, takes, now, res)
+	rules, takes, out, local = h.decider.TakeRequest(ctx, pols, rules, takes, now, res)
 	switch out {
-	case unavailable:
+	case decide.Unavailable:
 		h.opts.Metrics.DecisionSeconds.Observe(h.opts.Clock.Since(now).Seconds())
 		sc.reset() // drop the key strings and rules
 		return decision{action: refuse, now: now}
-	case canceled:
+	case decide.Canceled:
 		sc.reset()
 		return decision{action: abandon, now: now}
 	}
 	var v verdict
-	if out == decided {
-		admitted := limiter.Admitted(takes, res)
+	if out == decide.Decided {
+		decide.Count(rules, takes, res)
 		for i, rule := range rules {
-			r := res[i]
-			switch {
-			case !admitted && (r.Allowed || rule.Shadow):
-				// Another rule denied the request: this one was not charged, and a shadow
-				// rule's would-be denial is counted only for an admitted request.
-				rule.Metrics.NotCharged.Inc()
-			case r.Allowed:
-				rule.Metrics.Allowed.Inc()
-			case rule.Shadow:
-				rule.Metrics.ShadowDenied.Inc()
-			default:
-				rule.Metrics.Denied.Inc()
-			}
-			v.add(rule, r)
+			v.add(rule, res[i])
 		}
 	}
 	d := decision{action: pass, show: v.show, res: v.showRes, now: now, delay: v.delay}
 	if v.denied {
 		d.action = deny
 		d.delay = 0
-	} else if out == decided {
+	} else if out == decide.Decided {
 		for i := range takes {
 			if takes[i].Check {
 				d.late = append(d.late, lateCharge{rule: rules[i], key: takes[i].Key, lim: takes[i].Limit, n: takes[i].N, local: local})
@@ -228,157 +199,6 @@ func (h *Handler) queue(delay time.Duration, gone <-chan struct{}) bool {
 		t.Stop()
 		h.opts.Metrics.QueueAbandoned.Inc()
 		return false
-	}
-}
-
-// takeRequest decides takes (rules[i]'s take, of policy pols[i]) into res: through Redis when
-// the breaker allows, else by each policy's failure mode: Open rules are dropped (admitted
-// without a decision), a Closed rule makes the request unavailable, Local rules are decided
-// together with the local store and this pod's shares. It returns the rules and takes that
-// were decided (res holds their results, in order) and skipped when none was. A Redis error
-// never reaches the client except as Closed's 503.
-func (h *Handler) takeRequest(ctx context.Context, pols []*config.Policy, rules []*config.Rule, takes []limiter.Take, now time.Time, res []limiter.Result) ([]*config.Rule, []limiter.Take, outcome, bool) {
-	if len(takes) == 0 {
-		return nil, nil, skipped, false
-	}
-	if h.opts.Remote == nil {
-		r, t, o := h.takeLocal(ctx, rules, takes, now, res)
-		return r, t, o, true
-	}
-	// A request whose one rule is leased spends the key's live lease without Redis, and
-	// without asking the breaker (a local spend is no sign of Redis's health); a request with
-	// several rules is decided as one unit in Redis, leased rules included.
-	leased := h.opts.Leases != nil && len(takes) == 1 && rules[0].Lease != nil
-	if leased {
-		if r, ok := h.opts.Leases.Spend(takes[0].Key, takes[0].Limit, *rules[0].Lease, takes[0].N, now); ok {
-			res[0] = r
-			return rules, takes, decided, false // leased rules have no countWhen (CEL)
-		}
-	}
-	var bbuf [maxInline]*breaker.Breaker
-	brks := h.breakers(ctx, takes, bbuf[:0])
-	if allow(brks) {
-		var err error
-		if leased {
-			res[0], err = h.opts.Leases.Take(ctx, takes[0].Key, takes[0].Limit, *rules[0].Lease, takes[0].N, now)
-		} else {
-			err = h.remote(ctx, takes, now, res)
-		}
-		if err == nil {
-			for _, b := range brks {
-				b.Success()
-			}
-			if b := h.backlog; b != nil && b.due(now) {
-				go h.flushBacklog()
-			}
-			return rules, takes, decided, false
-		}
-		if ctx.Err() != nil && !errors.Is(err, redisstore.ErrUnavailable) {
-			for _, b := range brks {
-				b.Release()
-			}
-			return nil, nil, canceled, false
-		}
-		if errors.Is(err, redisstore.ErrTimeout) {
-			h.opts.Metrics.RedisErrors.WithLabelValues("timeout").Inc()
-		} else {
-			h.opts.Metrics.RedisErrors.WithLabelValues("unavailable").Inc()
-		}
-		// The request's call failed; which of its masters did not answer is not known.
-		for _, b := range brks {
-			b.Failure()
-		}
-		if ctx.Err() != nil {
-			return nil, nil, canceled, false
-		}
-	}
-	// Without Redis: keep the Local policies' rules, in order, in place.
-	kept := 0
-	for i, rule := range rules {
-		p := pols[i]
-		switch p.FailureMode {
-		case policy.FailureOpen:
-			p.Fallback.Open.Inc()
-			continue
-		case policy.FailureClosed:
-			p.Fallback.Closed.Inc()
-			return nil, nil, unavailable, false
-		}
-		p.Fallback.Local.Inc()
-		rules[kept], takes[kept] = rule, takes[i]
-		kept++
-	}
-	if kept == 0 {
-		return nil, nil, skipped, false
-	}
-	r, t, o := h.takeLocal(ctx, rules[:kept], takes[:kept], now, res[:kept])
-	return r, t, o, true
-}
-
-// remote decides takes with Redis: a single take with Take (the store's cheapest path, the
-// same decision), several with one TakeRequest.
-func (h *Handler) remote(ctx context.Context, takes []limiter.Take, now time.Time, res []limiter.Result) error {
-	if len(takes) == 1 && !takes[0].Check { // Take charges; a check goes as a request
-		r, err := h.opts.Remote.Take(ctx, takes[0].Key, takes[0].Limit, takes[0].N, now)
-		res[0] = r
-		return err
-	}
-	_, err := h.opts.Remote.TakeRequest(ctx, takes, now, res)
-	return err
-}
-
-// takeLocal decides takes with the local store and this pod's share of each rule's limit. It
-// rewrites takes' limits and costs to the shares. With a backlog (Redis could not decide), an
-// admitted request's allowed takes are kept in it at their cost under the shared limit.
-func (h *Handler) takeLocal(ctx context.Context, rules []*config.Rule, takes []limiter.Take, now time.Time, res []limiter.Result) ([]*config.Rule, []limiter.Take, outcome) {
-	var costBuf [maxInline]int64
-	var costs []int64
-	if h.backlog != nil {
-		costs = costBuf[:0]
-		for i := range takes {
-			costs = append(costs, takes[i].N)
-		}
-	}
-	for i, rule := range rules {
-		takes[i].Limit = rule.Local
-		takes[i].N = rule.LocalCost(takes[i].N)
-	}
-	var err error
-	if len(takes) == 1 && !takes[0].Check {
-		res[0], err = h.opts.Local.Take(ctx, takes[0].Key, takes[0].Limit, takes[0].N, now)
-	} else {
-		_, err = h.opts.Local.TakeRequest(ctx, takes, now, res)
-	}
-	if err != nil {
-		// Only an invalid limit or time can fail a memory Take; the configuration was
-		// validated, so this is a clock before 1970. Admit rather than fail the request.
-		return nil, nil, skipped
-	}
-	if costs != nil && limiter.Admitted(takes, res) {
-		nowMs := now.UnixMilli()
-		for i, rule := range rules {
-			if res[i].Allowed {
-				h.backlog.add(takes[i].Key, rule.Limit, costs[i], nowMs)
-			}
-		}
-	}
-	return rules, takes, decided
-}
-
-// flushBacklog charges the usage admitted locally to Remote, which just answered.
-func (h *Handler) flushBacklog() {
-	start := h.opts.Clock.Now()
-	charged, err := h.backlog.flush(start)
-	if err != nil {
-		h.opts.Log.Warn("Could not charge all the usage admitted locally to Redis; retrying with an answer at least 1 s from now",
-			"keys", charged, "error", err.Error())
-		return
-	}
-	if charged > 0 {
-		// Debug: on Redis Cluster with one master down, the others' answers flush every few
-		// requests; sluice_outage_units_total counts what was charged.
-		h.opts.Log.Debug("Charged the usage admitted locally to Redis", "keys", charged,
-			"duration", h.opts.Clock.Since(start))
 	}
 }
 

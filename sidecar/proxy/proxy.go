@@ -19,7 +19,6 @@ import (
 	"net/url"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/valyala/fasthttp"
@@ -28,6 +27,7 @@ import (
 	"github.com/sluice-dev/sluice/internal/limiter/lease"
 	"github.com/sluice-dev/sluice/sidecar/breaker"
 	"github.com/sluice-dev/sluice/sidecar/config"
+	"github.com/sluice-dev/sluice/sidecar/decide"
 	"github.com/sluice-dev/sluice/sidecar/keys"
 	"github.com/sluice-dev/sluice/sidecar/metrics"
 )
@@ -71,21 +71,33 @@ type Options struct {
 // Handler is the sidecar's request path: an http.Handler for h2c and a fasthttp handler
 // (Serve, through a Server) for HTTP/1.x. Safe for concurrent use.
 type Handler struct {
-	opts  Options
-	proxy *httputil.ReverseProxy
+	opts    Options
+	decider *decide.Decider
+	proxy   *httputil.ReverseProxy
 	// grpc is proxy over h2c to the upstream, for gRPC calls arriving over h2c.
 	grpc *httputil.ReverseProxy
 	// fast forwards HTTP/1.x requests; upAddr is its host:port, dialled for upgrades.
 	fast   *fasthttp.HostClient
 	upAddr string
 	upTLS  bool
-	// masters holds the breakers of Redis Cluster's masters (Options.MasterBreaker), by address.
-	masters sync.Map     // addr -> *masterEntry
-	pruned  atomic.Int64 // ms of the last pruneMasters
-	// backlog is the usage admitted locally while Remote could not decide, to charge to it
-	// (backlog.go); nil unless Remote is a Charger.
-	backlog *backlog
 }
+
+// BreakerState is the worst state of the Handler's breakers (Open over HalfOpen over Closed):
+// for the sluice_breaker_state gauge, which says whether any of Redis is being decided without.
+func (h *Handler) BreakerState() breaker.State { return h.decider.BreakerState() }
+
+// MasterLocator is decide.MasterLocator: a Remote that is one gets a breaker per master.
+type MasterLocator = decide.MasterLocator
+
+// Charger is decide.Charger: a Remote that is one gets a backlog of the usage admitted
+// locally while it could not decide.
+type Charger = decide.Charger
+
+// Defaults of the backlog's bounds (Options.BacklogMaxKeys, Options.BacklogMaxBytes).
+const (
+	DefaultBacklogMaxKeys  = decide.DefaultBacklogMaxKeys
+	DefaultBacklogMaxBytes = decide.DefaultBacklogMaxBytes
+)
 
 // NewTransport returns the upstream transport: HTTP/1.1 keep-alive with a pool sized for a
 // busy pod, no transparent compression (the client's Accept-Encoding passes through as is).
@@ -127,11 +139,9 @@ func New(opts Options) *Handler {
 		opts.Transport = NewTransport()
 	}
 	h.opts = opts
-	if c, ok := opts.Remote.(Charger); ok && opts.Remote != nil {
-		h.backlog = newBacklog(c, opts.BacklogMaxKeys, opts.BacklogMaxBytes, func(outcome string, n int64) {
-			opts.Metrics.OutageUnits.WithLabelValues(outcome).Add(float64(n))
-		})
-	}
+	h.decider = decide.New(decide.Options{Remote: opts.Remote, Breaker: opts.Breaker, Leases: opts.Leases,
+		MasterBreaker: opts.MasterBreaker, Local: opts.Local, Metrics: opts.Metrics, Log: opts.Log, Clock: opts.Clock,
+		BacklogMaxKeys: opts.BacklogMaxKeys, BacklogMaxBytes: opts.BacklogMaxBytes})
 	target := opts.Upstream
 	h.upAddr, h.upTLS = HostPort(target), target.Scheme == "https"
 	h.fast = newHostClient(h.upAddr, h.upTLS)

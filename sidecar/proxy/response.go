@@ -235,3 +235,22 @@ func writeUnavailableFast(ctx *fasthttp.RequestCtx) {
 	ctx.SetStatusCode(http.StatusServiceUnavailable)
 	ctx.SetBody(unavailableBody)
 }
+
+// RateLimitHeaders calls add with each rate-limit header of rule's decision res, in the
+// rule's policy's styles, as the sidecar writes them on its responses, and with Retry-After
+// (seconds, rounded up, at least 1) when denied: the RLS server's response_headers_to_add.
+func RateLimitHeaders(rule *config.Rule, res limiter.Result, denied bool, add func(name, value string)) {
+	var rf rateFields
+	var scratch [160]byte
+	buf := rf.compute(scratch[:0], rule, res)
+	for _, f := range rf.f[:rf.n] {
+		if f.isConst {
+			add(f.name, f.constant)
+		} else {
+			add(f.name, string(buf[f.sp.start:f.sp.end]))
+		}
+	}
+	if denied {
+		add(hRetryAfter, strconv.FormatInt(retryAfter(res), 10))
+	}
+}

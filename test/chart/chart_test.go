@@ -206,7 +206,8 @@ func TestChartValues(t *testing.T) {
 		"redis.url=redis://redis.cache:6379/0", "redis.tls=true", "redis.passwordSecret.name=redis-auth",
 		"redis.timeout=50ms", "sidecar.resources.requests.cpu=25m", "sidecar.resources.limits.memory=96Mi",
 		"webhook.certificateMode=cert-manager", "prometheus.serviceMonitor.enable=true",
-		"prometheus.podMonitor.enable=true", "prometheus.rules.enable=true", "manager.replicas=3")
+		"prometheus.podMonitor.enable=true", "prometheus.rules.enable=true", "manager.replicas=3",
+		"ratelimit.replicas=4", "ratelimit.image.repository=registry.example/sluice-ratelimit", "ratelimit.image.tag=v1.2.3")
 	args := managerArgs(t, objs)
 	for _, want := range []string{
 		"manager=registry.example/sluice-manager:v1.2.3", "image=registry.example/sluice-sidecar:v1.2.3",
@@ -236,8 +237,20 @@ func TestChartValues(t *testing.T) {
 				t.Errorf("PrometheusRule has %d groups, want the 2 of config/prometheus", len(groups))
 			}
 		case "Deployment":
-			if r, _, _ := unstructured.NestedFieldNoCopy(o.Object, "spec", "replicas"); fmt.Sprint(r) != "3" {
-				t.Errorf("replicas %v", r)
+			want := "3"
+			if o.GetName() == "sluice-ratelimit" {
+				want = "4"
+				containers, _, _ := unstructured.NestedSlice(o.Object, "spec", "template", "spec", "containers")
+				c, _ := containers[0].(map[string]any)
+				if img := fmt.Sprint(c["image"]); img != "registry.example/sluice-ratelimit:v1.2.3" {
+					t.Errorf("RLS image %s", img)
+				}
+				if env := fmt.Sprint(c["env"]); !strings.Contains(env, "SLUICE_REDIS_URL value:redis://redis.cache:6379/0") {
+					t.Errorf("the RLS server does not get redis.url: %s", env)
+				}
+			}
+			if r, _, _ := unstructured.NestedFieldNoCopy(o.Object, "spec", "replicas"); fmt.Sprint(r) != want {
+				t.Errorf("%s replicas %v, want %s", o.GetName(), r, want)
 			}
 		}
 	}

@@ -8,17 +8,19 @@ import (
 	"testing"
 	"time"
 
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
 
 	"github.com/sluice-dev/sluice/internal/policy"
 	"github.com/sluice-dev/sluice/internal/testutil/kubeletdir"
 )
 
-// Policy returns a valid policy selecting every pod, with one replica, failure mode Local,
+// Policy returns a valid policy selecting every pod ({}), with one replica, failure mode Local,
 // status 429 and both header styles, and rules; muts change it.
 func Policy(name string, rules []policy.Rule, muts ...func(*policy.Policy)) policy.Policy {
 	p := policy.Policy{
 		Name:        name,
+		Selector:    &metav1.LabelSelector{},
 		Replicas:    1,
 		FailureMode: "Local",
 		Response:    policy.Response{StatusCode: 429, Headers: "Both"},

@@ -1,4 +1,4 @@
-package proxy
+package decide
 
 import (
 	"context"
@@ -11,7 +11,7 @@ import (
 )
 
 // MasterLocator is a shared store that can tell which of its servers holds a key
-// (redisstore.Store.Master on Redis Cluster): the Handler then keeps one breaker per server, so
+// (redisstore.Store.Master on Redis Cluster): the Decider then keeps one breaker per server, so
 // that a master that fails sends only its own keys to the fallback.
 type MasterLocator interface {
 	// Master is the address of the server holding key's state under lim, or "" when the
@@ -21,15 +21,15 @@ type MasterLocator interface {
 
 // breakers appends to dst the breakers guarding the servers of takes' keys, each once:
 // Options.Breaker, or with a MasterLocator and Options.MasterBreaker, one per master.
-func (h *Handler) breakers(ctx context.Context, takes []limiter.Take, dst []*breaker.Breaker) []*breaker.Breaker {
-	loc, ok := h.opts.Remote.(MasterLocator)
-	if !ok || h.opts.MasterBreaker == nil {
-		return append(dst, h.opts.Breaker)
+func (d *Decider) breakers(ctx context.Context, takes []limiter.Take, dst []*breaker.Breaker) []*breaker.Breaker {
+	loc, ok := d.opts.Remote.(MasterLocator)
+	if !ok || d.opts.MasterBreaker == nil {
+		return append(dst, d.opts.Breaker)
 	}
 	for i := range takes {
-		b := h.opts.Breaker
+		b := d.opts.Breaker
 		if addr := loc.Master(ctx, takes[i].Key, takes[i].Limit); addr != "" {
-			b = h.masterBreaker(addr)
+			b = d.masterBreaker(addr)
 		}
 		if !slices.Contains(dst, b) {
 			dst = append(dst, b)
@@ -52,15 +52,15 @@ type masterEntry struct {
 
 // masterBreaker returns the breaker of the master at addr, made at its first use, and drops
 // the stale ones (at most once a second).
-func (h *Handler) masterBreaker(addr string) *breaker.Breaker {
-	nowMs := h.opts.Clock.Now().UnixMilli()
-	if last := h.pruned.Load(); nowMs-last >= 1000 && h.pruned.CompareAndSwap(last, nowMs) {
-		h.pruneMasters(nowMs)
+func (d *Decider) masterBreaker(addr string) *breaker.Breaker {
+	nowMs := d.opts.Clock.Now().UnixMilli()
+	if last := d.pruned.Load(); nowMs-last >= 1000 && d.pruned.CompareAndSwap(last, nowMs) {
+		d.pruneMasters(nowMs)
 	}
-	v, ok := h.masters.Load(addr)
+	v, ok := d.masters.Load(addr)
 	if !ok {
-		e := &masterEntry{b: h.opts.MasterBreaker(addr)}
-		v, _ = h.masters.LoadOrStore(addr, e)
+		e := &masterEntry{b: d.opts.MasterBreaker(addr)}
+		v, _ = d.masters.LoadOrStore(addr, e)
 	}
 	e := v.(*masterEntry)
 	e.used.Store(nowMs)
@@ -69,29 +69,29 @@ func (h *Handler) masterBreaker(addr string) *breaker.Breaker {
 
 // pruneMasters drops the breakers not asked for within masterStale and, when one was not
 // closed, updates sluice_breaker_state to the worst state left.
-func (h *Handler) pruneMasters(nowMs int64) {
+func (d *Decider) pruneMasters(nowMs int64) {
 	dropped := false
-	h.masters.Range(func(k, v any) bool {
+	d.masters.Range(func(k, v any) bool {
 		e := v.(*masterEntry)
 		if nowMs-e.used.Load() > masterStale.Milliseconds() {
-			h.masters.Delete(k)
+			d.masters.Delete(k)
 			dropped = dropped || e.b.State() != breaker.Closed
 		}
 		return true
 	})
 	if dropped {
-		h.opts.Metrics.BreakerState.Set(float64(h.BreakerState()))
+		d.opts.Metrics.BreakerState.Set(float64(d.BreakerState()))
 	}
 }
 
-// BreakerState is the worst state of the Handler's breakers (Open over HalfOpen over Closed):
+// BreakerState is the worst state of the Decider's breakers (Open over HalfOpen over Closed):
 // for the sluice_breaker_state gauge, which says whether any of Redis is being decided without.
-func (h *Handler) BreakerState() breaker.State {
+func (d *Decider) BreakerState() breaker.State {
 	worst := breaker.Closed
-	if h.opts.Breaker != nil {
-		worst = h.opts.Breaker.State()
+	if d.opts.Breaker != nil {
+		worst = d.opts.Breaker.State()
 	}
-	h.masters.Range(func(_, v any) bool {
+	d.masters.Range(func(_, v any) bool {
 		worst = max(worst, v.(*masterEntry).b.State())
 		return true
 	})

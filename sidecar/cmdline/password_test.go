@@ -1,4 +1,4 @@
-package main
+package cmdline
 
 import "testing"
 
@@ -12,13 +12,13 @@ func TestWithPassword(t *testing.T) {
 	}
 	for name, tc := range tests {
 		t.Run(name, func(t *testing.T) {
-			got, err := withPassword(tc.url, tc.password)
+			got, err := WithPassword(tc.url, tc.password)
 			if err != nil || got != tc.want {
-				t.Fatalf("withPassword(%q, %q) = %q, %v; want %q", tc.url, tc.password, got, err, tc.want)
+				t.Fatalf("WithPassword(%q, %q) = %q, %v; want %q", tc.url, tc.password, got, err, tc.want)
 			}
 		})
 	}
-	if _, err := withPassword("redis://%zz", "pw"); err == nil {
+	if _, err := WithPassword("redis://%zz", "pw"); err == nil {
 		t.Fatal("an unparseable URL was accepted")
 	}
 }

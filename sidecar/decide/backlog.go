@@ -1,4 +1,4 @@
-package proxy
+package decide
 
 import (
 	"context"
@@ -14,7 +14,7 @@ import (
 // outage does not find a fresh budget when Redis is back.
 
 // Charger is a shared store that can be charged usage decided elsewhere without deciding
-// anything (redisstore.Store.Charge). When Options.Remote is one, the Handler keeps a backlog.
+// anything (redisstore.Store.Charge). When Options.Remote is one, the Decider keeps a backlog.
 type Charger interface {
 	AddUsage(ctx context.Context, key string, lim limiter.Limit, n int64, now time.Time) (int64, error)
 }

@@ -1,0 +1,268 @@
+// Package rls serves Envoy's rate limit service protocol (envoy.service.ratelimit.v3,
+// ShouldRateLimit) with Sluice's rendered policies: the descriptor rules of the policies that
+// declare a domain, decided with the sidecar's stores, breaker, failure modes, local shares and
+// metrics (packages sidecar/config, sidecar/decide, sidecar/metrics).
+//
+// Semantics, after envoyproxy/ratelimit where it documents them:
+//   - A descriptor is matched by every descriptor rule of the request's domain whose entries
+//     it has exactly, in order (see config.Rule.MatchesDescriptor); all of them apply. A
+//     descriptor no rule matches is OK, without current_limit: unlimited.
+//   - The cost of a descriptor is its hits_addend when set, else the request's hits_addend,
+//     and 1 when that is 0.
+//   - Every matching rule of every descriptor is decided as one unit
+//     (limiter.RequestStore): when one enforced rule is over, nothing is charged.
+//   - A descriptor's status is OVER_LIMIT when an enforced rule of it denies; a shadow rule
+//     answers OK whatever it decides, and its would-be denial is counted in
+//     sluice_requests_total{decision="shadow_denied"}. The overall code is OVER_LIMIT when any
+//     descriptor is.
+//   - current_limit, limit_remaining and duration_until_reset are those of the descriptor's
+//     deciding rule (the denying rule with the longest retry, else the rule with the least
+//     remaining); duration_until_reset is the time until the limit is back to full.
+//   - response_headers_to_add carries the sidecar's RateLimit headers of the request's
+//     deciding rule, and Retry-After (when a token may next pass, which for a bucket is
+//     sooner than the reset) when the request is over the limit.
+//   - Without Redis each policy's failure mode applies: Local decides with this replica's
+//     share, Open answers OK, Closed answers the RPC with codes.Unavailable, so that Envoy's
+//     failure_mode_deny decides.
+package rls
+
+import (
+	"context"
+	"math"
+	"sync"
+	"time"
+
+	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
+	rlsv3common "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
+	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/types/known/durationpb"
+	"google.golang.org/protobuf/types/known/wrapperspb"
+	"k8s.io/utils/clock"
+
+	"github.com/sluice-dev/sluice/internal/limiter"
+	"github.com/sluice-dev/sluice/sidecar/config"
+	"github.com/sluice-dev/sluice/sidecar/decide"
+	"github.com/sluice-dev/sluice/sidecar/metrics"
+	"github.com/sluice-dev/sluice/sidecar/proxy"
+)
+
+// Options configure a Server.
+type Options struct {
+	// Config returns the configuration in use (a config.Loader with Domains set); called once
+	// per request.
+	Config func() *config.Config
+	// Decider decides the takes (Redis, breaker, failure modes).
+	Decider *decide.Decider
+	Metrics *metrics.Metrics
+	// Clock gives each request its decision time; nil is the real clock.
+	Clock clock.PassiveClock
+}
+
+// Server implements RateLimitServiceServer. Safe for concurrent use.
+type Server struct {
+	rlsv3.UnimplementedRateLimitServiceServer
+	opts Options
+}
+
+// New returns a Server.
+func New(opts Options) *Server {
+	if opts.Clock == nil {
+		opts.Clock = clock.RealClock{}
+	}
+	return &Server{opts: opts}
+}
+
+// take is one rule's take for one descriptor.
+type take struct {
+	desc int
+	rule *config.Rule
+}
+
+type scratch struct {
+	takes []take
+	lt    []limiter.Take
+	res   []limiter.Result
+	rules []*config.Rule
+	pols  []*config.Policy
+	key   []byte
+}
+
+var pool = sync.Pool{New: func() any { return new(scratch) }}
+
+// maxCost bounds a hits_addend to what the limiter's exact arithmetic takes; a larger cost is
+// denied as exceeding capacity anyway.
+const maxCost = limiter.MaxLimit + 1
+
+// ShouldRateLimit decides one Envoy request.
+func (s *Server) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitRequest) (*rlsv3.RateLimitResponse, error) {
+	now := s.opts.Clock.Now()
+	cfg := s.opts.Config()
+	rules := cfg.Domains[req.GetDomain()]
+	descs := req.GetDescriptors()
+	resp := &rlsv3.RateLimitResponse{OverallCode: rlsv3.RateLimitResponse_OK,
+		Statuses: make([]*rlsv3.RateLimitResponse_DescriptorStatus, len(descs))}
+	for i := range descs {
+		resp.Statuses[i] = &rlsv3.RateLimitResponse_DescriptorStatus{Code: rlsv3.RateLimitResponse_OK}
+	}
+	if len(rules) == 0 || len(descs) == 0 {
+		return resp, nil
+	}
+	sc := pool.Get().(*scratch)
+	defer func() { sc.reset(); pool.Put(sc) }()
+	for i, d := range descs {
+		entries := d.GetEntries()
+		n := hits(req.GetHitsAddend(), d)
+		if n == 0 {
+			continue // a negative (refunding) descriptor: not supported, answered OK
+		}
+		for _, r := range rules {
+			if !r.MatchesDescriptor(len(entries), func(j int) string { return entries[j].GetKey() }, func(j int) string { return entries[j].GetValue() }) {
+				continue
+			}
+			start := len(sc.key)
+			sc.key = r.Key.AppendDescriptor(sc.key, func(k string) string { return entryValue(entries, k) })
+			sc.takes = append(sc.takes, take{desc: i, rule: r})
+			sc.rules = append(sc.rules, r)
+			sc.pols = append(sc.pols, r.Policy)
+			sc.lt = append(sc.lt, limiter.Take{Key: string(sc.key[start:]), Limit: r.Limit, N: n, Shadow: r.Shadow})
+		}
+	}
+	if len(sc.lt) == 0 {
+		return resp, nil
+	}
+	sc.res = append(sc.res[:0], make([]limiter.Result, len(sc.lt))...)
+	// TakeRequest keeps the decided rules in place, in order, and drops the Open ones: match
+	// them back to their descriptors by walking both lists.
+	decidedRules, decidedTakes, out, _ := s.opts.Decider.TakeRequest(ctx, sc.pols, sc.rules, sc.lt, now, sc.res)
+	defer func() { s.opts.Metrics.DecisionSeconds.Observe(s.opts.Clock.Since(now).Seconds()) }()
+	switch out {
+	case decide.Unavailable:
+		return nil, status.Error(codes.Unavailable, "sluice: Redis cannot decide and a matching policy has failureMode Closed")
+	case decide.Canceled:
+		return nil, status.FromContextError(ctx.Err()).Err()
+	case decide.Skipped:
+		return resp, nil
+	}
+	decide.Count(decidedRules, decidedTakes, sc.res)
+	per := make([]verdict, len(descs))
+	var all verdict
+	j := 0
+	for _, t := range sc.takes {
+		if j == len(decidedRules) || decidedRules[j] != t.rule {
+			continue // an Open policy's rule, dropped while Redis is down
+		}
+		r := sc.res[j]
+		j++
+		per[t.desc].add(t.rule, r)
+		all.add(t.rule, r)
+	}
+	for i, v := range per {
+		if v.rule == nil {
+			continue
+		}
+		st := resp.Statuses[i]
+		if v.denied {
+			st.Code = rlsv3.RateLimitResponse_OVER_LIMIT
+			resp.OverallCode = rlsv3.RateLimitResponse_OVER_LIMIT
+		}
+		st.CurrentLimit = currentLimit(v.rule, v.res)
+		st.LimitRemaining = uint32(min(v.res.Remaining, math.MaxUint32))
+		st.DurationUntilReset = durationpb.New(v.res.ResetAfter)
+	}
+	if all.rule != nil {
+		proxy.RateLimitHeaders(all.rule, all.res, all.denied, func(name, value string) {
+			resp.ResponseHeadersToAdd = append(resp.ResponseHeadersToAdd, &corev3.HeaderValue{Key: name, Value: value})
+		})
+	}
+	return resp, nil
+}
+
+// hits is a descriptor's cost: its hits_addend when set, else the request's, 1 for 0; 0 for
+// a descriptor of negative hits.
+func hits(request uint32, d *rlsv3common.RateLimitDescriptor) int64 {
+	if d.GetIsNegativeHits() {
+		return 0
+	}
+	n := uint64(request)
+	if h := d.GetHitsAddend(); h != nil {
+		n = h.GetValue()
+	}
+	return int64(min(max(n, 1), uint64(maxCost)))
+}
+
+func entryValue(entries []*rlsv3common.RateLimitDescriptor_Entry, key string) string {
+	for _, e := range entries {
+		if e.GetKey() == key {
+			return e.GetValue()
+		}
+	}
+	return ""
+}
+
+// verdict picks the rule whose numbers a descriptor (or the request) reports: the enforced
+// rule that denies with the longest retry when one denies, else the rule with the least
+// remaining (an enforced rule before a shadow one at a tie).
+type verdict struct {
+	rule   *config.Rule
+	res    limiter.Result
+	denied bool
+}
+
+func (v *verdict) add(rule *config.Rule, res limiter.Result) {
+	enforcedDeny := !res.Allowed && !rule.Shadow
+	switch {
+	case enforcedDeny:
+		if !v.denied || retry(res) > retry(v.res) {
+			v.rule, v.res = rule, res
+		}
+		v.denied = true
+	case v.denied:
+	case v.rule == nil || res.Remaining < v.res.Remaining ||
+		(res.Remaining == v.res.Remaining && v.rule.Shadow && !rule.Shadow):
+		v.rule, v.res = rule, res
+	}
+}
+
+func retry(res limiter.Result) time.Duration {
+	if res.RetryAfter < 0 {
+		return res.ResetAfter
+	}
+	return res.RetryAfter
+}
+
+// currentLimit is the rule's limit as Envoy reports it: requests_per_unit the capacity that
+// decided (the shared limit, or this replica's share without Redis) per window, in the
+// largest unit that divides the window (with unit_multiplier when it is several); UNKNOWN for a
+// window that is not a whole number of seconds.
+func currentLimit(rule *config.Rule, res limiter.Result) *rlsv3.RateLimitResponse_RateLimit {
+	cl := &rlsv3.RateLimitResponse_RateLimit{Name: rule.Policy.Name + "/" + rule.Name,
+		RequestsPerUnit: uint32(min(res.Limit, math.MaxUint32))}
+	w := rule.Limit.Window
+	for _, u := range []struct {
+		d    time.Duration
+		unit rlsv3.RateLimitResponse_RateLimit_Unit
+	}{{24 * time.Hour, rlsv3.RateLimitResponse_RateLimit_DAY}, {time.Hour, rlsv3.RateLimitResponse_RateLimit_HOUR},
+		{time.Minute, rlsv3.RateLimitResponse_RateLimit_MINUTE}, {time.Second, rlsv3.RateLimitResponse_RateLimit_SECOND}} {
+		if w%u.d == 0 {
+			cl.Unit = u.unit
+			if m := w / u.d; m > 1 {
+				cl.UnitMultiplier = wrapUint32(uint32(m))
+			}
+			return cl
+		}
+	}
+	cl.Unit = rlsv3.RateLimitResponse_RateLimit_UNKNOWN
+	return cl
+}
+
+func (sc *scratch) reset() {
+	clear(sc.takes)
+	clear(sc.rules)
+	clear(sc.pols)
+	clear(sc.lt)
+	sc.takes, sc.rules, sc.pols, sc.lt, sc.res, sc.key = sc.takes[:0], sc.rules[:0], sc.pols[:0], sc.lt[:0], sc.res[:0], sc.key[:0]
+}
+
+func wrapUint32(v uint32) *wrapperspb.UInt32Value { return wrapperspb.UInt32(v) }
