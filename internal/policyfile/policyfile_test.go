@@ -41,8 +41,8 @@ func TestDecodeRejectsUnknownFields(t *testing.T) {
 			[]string{`unknown field "spec.rules[0].key[1].header.default"`}, "",
 		},
 		"every unknown field is named": {
-			"    window: 1s\n", "    window: 1s\n    lease: 1s\n    keys: []\n",
-			[]string{`unknown field "spec.rules[0].keys"`, `unknown field "spec.rules[0].lease"`}, "",
+			"    window: 1s\n", "    window: 1s\n    quota: 1s\n    keys: []\n",
+			[]string{`unknown field "spec.rules[0].keys"`, `unknown field "spec.rules[0].quota"`}, "",
 		},
 		"at the top": {
 			"kind: RateLimitPolicy\n", "kind: RateLimitPolicy\nextra: 1\n",

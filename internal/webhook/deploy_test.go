@@ -84,11 +84,11 @@ var _ = Describe("The deployment manifests", func() {
 		}
 		Expect(kinds).To(HaveKeyWithValue("Namespace", []string{"sluice-system"}))
 		Expect(kinds).To(HaveKeyWithValue("CustomResourceDefinition", []string{"ratelimitpolicies.sluice.dev"}))
-		Expect(kinds).To(HaveKeyWithValue("Deployment", []string{"sluice-controller-manager"}))
-		Expect(kinds).To(HaveKeyWithValue("Service", []string{"sluice-webhook-service"}))
+		Expect(kinds).To(HaveKeyWithValue("Deployment", ConsistOf("sluice-controller-manager", "sluice-ratelimit")))
+		Expect(kinds).To(HaveKeyWithValue("Service", ConsistOf("sluice-webhook-service", "sluice-ratelimit")))
 		Expect(kinds).To(HaveKeyWithValue("Secret", []string{"sluice-webhook-server-cert"}))
 		Expect(kinds).To(HaveKeyWithValue("MutatingWebhookConfiguration", []string{"sluice-mutating-webhook-configuration"}))
-		Expect(kinds).To(HaveKeyWithValue("ClusterRole", []string{"sluice-manager-role"}))
+		Expect(kinds).To(HaveKeyWithValue("ClusterRole", ConsistOf("sluice-manager-role", "sluice-metrics-reader")))
 		Expect(kinds).To(HaveKeyWithValue("Role", ConsistOf("sluice-manager-role", "sluice-leader-election-role")))
 
 		By("pointing the webhook at the Service and excluding the manager's namespace")

@@ -267,7 +267,9 @@ func (s *Server) start() error {
 			return fmt.Errorf("redis-server exited at start: %v", cmd.ProcessState)
 		default:
 		}
-		if reply, err := do(s.Addr(), 200*time.Millisecond, "PING"); err == nil && reply == "PONG" {
+		// A second per attempt: after a restart, a fleet of clients redialing fills the accept
+		// queue, and a short timeout would give up on a server that is answering.
+		if reply, err := do(s.Addr(), time.Second, "PING"); err == nil && reply == "PONG" {
 			return nil
 		}
 		if time.Now().After(deadline) {
