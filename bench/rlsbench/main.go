@@ -44,6 +44,9 @@ import (
 	"github.com/sluice-dev/sluice/sidecar/proxy"
 )
 
+// benchName names the namespace, policy, domain and descriptor value of the benchmark.
+const benchName = "bench"
+
 func main() {
 	clients := flag.Int("clients", 16, "closed-loop callers per phase")
 	duration := flag.Duration("duration", 3*time.Second, "length of each phase")
@@ -78,11 +81,11 @@ func run(clients int, d time.Duration) error {
 	// 1e8 per second, keyed by a constant.
 	rule := policy.Rule{Name: "r", Algorithm: "TokenBucket", Limit: limiter.MaxLimit, Burst: limiter.MaxLimit, WindowMs: 1000, Cost: 1, Mode: policy.Enforce}
 	desc := rule
-	desc.Match = &policy.Match{Descriptors: []policy.DescriptorEntry{{Key: "generic_key", Value: "bench"}}}
+	desc.Match = &policy.Match{Descriptors: []policy.DescriptorEntry{{Key: "generic_key", Value: benchName}}}
 	desc.Key = []policy.KeyPart{{Source: policy.SourceDescriptor, Name: "generic_key"}}
 	rule.Key = []policy.KeyPart{{Source: policy.SourceMethod}}
-	doc := &policy.Document{Version: policy.Version, Namespace: "bench", Policies: []policy.Policy{{
-		Name: "bench", Domain: "bench", Selector: &metav1.LabelSelector{}, Replicas: 1, FailureMode: policy.FailureLocal,
+	doc := &policy.Document{Version: policy.Version, Namespace: benchName, Policies: []policy.Policy{{
+		Name: benchName, Domain: benchName, Selector: &metav1.LabelSelector{}, Replicas: 1, FailureMode: policy.FailureLocal,
 		Response: policy.Response{StatusCode: 429, Headers: policy.HeadersBoth}, Rules: []policy.Rule{desc, rule}}}}
 	b, err := policy.Marshal(doc)
 	if err != nil {

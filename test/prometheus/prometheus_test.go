@@ -484,22 +484,32 @@ func renderDashboard(t *testing.T, prom string, start, end time.Time, out, title
 	t.Logf("wrote %s", out)
 }
 
-// checkWideColumns checks the columns kubectl get rlp -o wide adds for an incident.
+// checkWideColumns checks the columns kubectl get rlp -o wide adds for an incident, polling for
+// up to 10 s: the controller writes statuses with the ConfigMap, at most once per
+// --render-interval, so the pods that just became ready may not be counted yet.
 func checkWideColumns(t *testing.T, sys *devenv.System) {
 	t.Helper()
-	out, err := exec.Command(sys.ControlPlane.Kubectl(), "--kubeconfig", sys.ControlPlane.Kubeconfig,
-		"get", "rlp", "-n", namespace, "-o", "wide").CombinedOutput()
-	if err != nil {
-		t.Fatalf("kubectl get rlp -o wide: %v\n%s", err, out)
+	header := regexp.MustCompile(`^NAME\s+RULES\s+READY\s+PODS\s+DOMAIN\s+FAILURE MODE\s+UNINJECTED\s+AGE$`)
+	// No uninjected pods: uninjectedPods is omitted at 0, so the column is blank; no domain.
+	row := regexp.MustCompile(`^shop\s+.*\s+True\s+2\s+Local\s+\S+$`)
+	var out []byte
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(200 * time.Millisecond) {
+		var err error
+		out, err = exec.Command(sys.ControlPlane.Kubectl(), "--kubeconfig", sys.ControlPlane.Kubeconfig,
+			"get", "rlp", "-n", namespace, "-o", "wide").CombinedOutput()
+		if err != nil {
+			t.Fatalf("kubectl get rlp -o wide: %v\n%s", err, out)
+		}
+		lines := strings.Split(strings.TrimSpace(string(out)), "\n")
+		if len(lines) == 2 && header.MatchString(lines[0]) && row.MatchString(lines[1]) {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Errorf("kubectl get rlp -o wide printed:\n%s", out)
+			return
+		}
 	}
 	t.Logf("kubectl get rlp -o wide:\n%s", out)
-	lines := strings.Split(strings.TrimSpace(string(out)), "\n")
-	header := regexp.MustCompile(`^NAME\s+RULES\s+READY\s+PODS\s+FAILURE MODE\s+UNINJECTED\s+AGE$`)
-	// No uninjected pods: uninjectedPods is omitted at 0, so the column is blank.
-	row := regexp.MustCompile(`^shop\s+.*\s+True\s+2\s+Local\s+\S+$`)
-	if len(lines) != 2 || !header.MatchString(lines[0]) || !row.MatchString(lines[1]) {
-		t.Errorf("kubectl get rlp -o wide printed:\n%s", out)
-	}
 }
 
 // checkStatus runs sluicectl status's collection against the running sidecars, scraped
