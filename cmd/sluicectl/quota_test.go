@@ -10,6 +10,8 @@ import (
 	"testing"
 	"time"
 
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
 	"github.com/sluice-dev/sluice/internal/limiter/redisstore"
 	"github.com/sluice-dev/sluice/internal/policy"
 	"github.com/sluice-dev/sluice/internal/testutil/redisserver"
@@ -24,7 +26,7 @@ import (
 func TestQuotaGetReset(t *testing.T) {
 	srv := redisserver.StartTest(t)
 	doc := &policy.Document{Version: policy.Version, Namespace: "shop", Policies: []policy.Policy{{
-		Name: "api", Replicas: 1, FailureMode: "Local", Response: policy.Response{StatusCode: 429, Headers: "Both"},
+		Name: "api", Selector: &metav1.LabelSelector{}, Replicas: 1, FailureMode: "Local", Response: policy.Response{StatusCode: 429, Headers: "Both"},
 		Rules: []policy.Rule{{Name: "tokens", Algorithm: "TokenBucket", Limit: 100, Burst: 100, WindowMs: 3_600_000, Cost: 1, Mode: "Enforce",
 			Key: []policy.KeyPart{{Source: policy.SourceHeader, Name: "X-Api-Key"}, {Source: policy.SourceClientIP}}}},
 	}}}
