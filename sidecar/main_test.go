@@ -84,7 +84,7 @@ func TestBinary(t *testing.T) {
 	t.Cleanup(func() { _ = cmd.Process.Kill() })
 
 	base := "http://" + listen
-	st.Eventually(t, 10*time.Second, func() error {
+	st.Eventually(t, 30*time.Second, func() error { // the race-built binary starts slowly beside other packages
 		resp, err := http.Get("http://" + metricsAddr + "/readyz")
 		if err != nil {
 			return err
