@@ -33,8 +33,9 @@ import (
 // client's MaxRetries applies, -1 from NewClientFromURL), so no script runs twice, with one
 // exception that is safe: calls answered NOSCRIPT did not run, and are re-sent as EVAL.
 //
-// Redis Cluster: one script may only touch one slot, so groups are coalesced per slot, and the
-// Store keeps one batcher per master (batcherFor), each sending its own pipelines through the
+// Redis Cluster: the Store keeps one batcher per master (batcherFor), and each coalesces its
+// calls across slots into script calls sent straight to its master, as on a single node (see
+// cluster.go); a batch the master refuses (a slot moved) is sent again per slot through the
 // cluster client, which follows MOVED and ASK. go-redis waits for every node of a cluster
 // pipeline, so one pipeline over all masters would let a hung master hold back the decisions of
 // keys on healthy ones until the budget ran out; per-master batchers delay only the hung
@@ -97,7 +98,7 @@ type batcher struct {
 	// queue behind it), so the Store never needs more than MaxConns connections to the node
 	// whatever the load (see conns.go).
 	wire chan struct{}
-	// cluster groups calls by slot: a script may only touch one.
+	// cluster: the client is a cluster client and node its master (see sendNode).
 	cluster bool
 	queue   chan *call
 	// ctx is canceled by close, so a sender does not start another round trip.
@@ -122,6 +123,9 @@ type batcher struct {
 	// sent, the most groups one carried, NOSCRIPT recoveries, scripts preloaded (SCRIPT LOAD
 	// of a script the node did not have), most round trips in flight at once.
 	batches, largest, scripts, coalesced, reloads, preloads, inFlight, mostInFlight atomic.Int64
+	// Cluster only: batches sent again per slot because the master refused a script call
+	// (sendNode).
+	redirected atomic.Int64
 }
 
 // newBatcher starts a batcher of n senders sending to one node through client, node being
@@ -319,7 +323,18 @@ func (b *batcher) send(batch []*call) {
 		}
 	}
 
-	scripts := b.coalesce(live)
+	if b.cluster && b.node != nil {
+		b.sendNode(ctx, live)
+		return
+	}
+	b.sendPiped(ctx, live)
+}
+
+// sendPiped sends calls as a pipeline through the batcher's client (on a cluster, which routes
+// each script call by slot and follows MOVED and ASK), coalesced per slot on a cluster, and
+// completes every call.
+func (b *batcher) sendPiped(ctx context.Context, live []*call) {
+	scripts := b.coalesce(live, b.cluster)
 	cmds := b.exec(ctx, scripts, false)
 	var retry []*merged
 	for i, m := range scripts {
@@ -355,15 +370,15 @@ type merged struct {
 }
 
 // coalesce packs calls, in order, into script calls: a call joins the latest script call of
-// its slot (any, on a single node) while that has the same instant and room for its group.
+// its slot (with perSlot; any, else) while that has the same instant and room for its group.
 // Arrival order is kept among the calls of one slot, the only order that can change a
 // decision, since each slot's script calls run in pipeline order.
-func (b *batcher) coalesce(calls []*call) []*merged {
+func (b *batcher) coalesce(calls []*call, perSlot bool) []*merged {
 	var out []*merged
 	open := map[string]*merged{} // per slot, the script call still taking groups
 	for _, c := range calls {
 		slot := ""
-		if b.cluster {
+		if perSlot {
 			slot = hashTag(c.keys[0])
 		}
 		m := open[slot]
@@ -516,7 +531,7 @@ func (b *batcher) loadScripts() {
 	defer cancel()
 	scripts := []*script{requestScript}
 	if b.cluster {
-		scripts = append(scripts, refundScript)
+		scripts = append(scripts, refundScript, nodeScript)
 	}
 	hashes := make([]string, len(scripts))
 	for i, sc := range scripts {

@@ -266,3 +266,78 @@ func TestClusterSlotMigration(t *testing.T) {
 		t.Fatalf("the key is not on the target master after the migration (EXISTS %q)", out)
 	}
 }
+
+// onMaster finds keys served by one master: key(name, lim) is name, or name with a suffix,
+// such that its Redis key under lim is served by master, in a slot of its own among the keys
+// found so far (the same name and Limit give the same key).
+type onMaster struct {
+	t      *testing.T
+	s      *Store
+	client *redis.ClusterClient
+	master string
+	keys   map[string]string // by name and Limit
+	slots  map[int64]bool
+}
+
+func newOnMaster(t *testing.T, s *Store, client *redis.ClusterClient, master string) *onMaster {
+	return &onMaster{t: t, s: s, client: client, master: master, keys: map[string]string{}, slots: map[int64]bool{}}
+}
+
+func (o *onMaster) key(name string, lim limiter.Limit) string {
+	o.t.Helper()
+	id := name + "\x00" + lim.Name()
+	if k, ok := o.keys[id]; ok {
+		return k
+	}
+	ctx := context.Background()
+	for i := 0; ; i++ {
+		k := name + "~" + strconv.Itoa(i)
+		rk := o.s.Keys(k, lim)[0]
+		node, err := o.client.MasterForKey(ctx, rk)
+		if err != nil {
+			o.t.Fatal(err)
+		}
+		if node.Options().Addr != o.master {
+			continue
+		}
+		slot, err := o.client.ClusterKeySlot(ctx, rk).Result()
+		if err != nil {
+			o.t.Fatal(err)
+		}
+		if o.slots[slot] {
+			continue
+		}
+		o.slots[slot] = true
+		o.keys[id] = k
+		return k
+	}
+}
+
+// TestClusterBatchAcrossSlotsIsOneScriptCall: a cluster batcher's batch of 1 to 64 calls on keys
+// of several slots of its master (a hot key and others, every algorithm, costs up to and beyond
+// capacity) is one script call on that master, counted by its INFO commandstats, as on a single
+// node, and decides what limiter.MemoryStore decides.
+func TestClusterBatchAcrossSlotsIsOneScriptCall(t *testing.T) {
+	s, c, client := clusterStore(t, explicitTime("xslot"))
+	master := c.Servers[0]
+	for vi, base := range limiter.Variants(10, time.Second, 15, 500*time.Millisecond) {
+		t.Run(base.Name(), func(t *testing.T) {
+			keys := newOnMaster(t, s, client, master.Addr())
+			checkCoalescedBatches(t, batchTarget{
+				store: s,
+				batcher: func(rk string) *batcher {
+					b, err := s.batcherFor(context.Background(), rk)
+					if err != nil {
+						t.Fatal(err)
+					}
+					return b
+				},
+				key:         keys.key,
+				scriptCalls: func() int64 { return scriptCalls(t, master) },
+			}, base, uint64(vi))
+			if len(keys.slots) < 4 {
+				t.Fatalf("the batches' keys were in %d slots, want 4 (hot, k0, k1, k2)", len(keys.slots))
+			}
+		})
+	}
+}
