@@ -341,3 +341,118 @@ func TestClusterBatchAcrossSlotsIsOneScriptCall(t *testing.T) {
 		})
 	}
 }
+
+// TestClusterRefusedBatchIsDecidedPerSlot: a batch whose script call the master refuses,
+// because one key's slot has moved to another master behind the client's back (its state
+// migrated, or an empty slot reassigned), is decided again per slot: every call exactly once,
+// the local keys' calls decided before the moved key's too (a script that wrote them before
+// reading the moved key would count them twice), equal to limiter.MemoryStore's decisions.
+func TestClusterRefusedBatchIsDecidedPerSlot(t *testing.T) {
+	s, c, client := clusterStore(t, explicitTime("refused"))
+	ctx := context.Background()
+	ms := limiter.NewMemoryStore(limiter.MemoryStoreOptions{})
+	lim := limiter.Limit{Algorithm: limiter.TokenBucket, Limit: 10, Window: time.Minute}
+	src := c.Servers[0]
+	keys := newOnMaster(t, s, client, src.Addr())
+	local, moved, empty := keys.key("local", lim), keys.key("moved", lim), keys.key("empty", lim)
+	b, err := s.batcherFor(ctx, s.Keys(local, lim)[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	b.loadScripts()
+	do := func(srv *redisserver.TestServer, args ...string) string {
+		t.Helper()
+		out, err := srv.Do(args...)
+		if err != nil {
+			t.Fatalf("%s on %s: %v", strings.Join(args, " "), srv.Addr(), err)
+		}
+		return out
+	}
+	// moveSlot gives key's slot to dst on every node, migrating the key first if it has state.
+	moveSlot := func(key string, dst *redisserver.TestServer) {
+		rk := s.Keys(key, lim)[0]
+		slot := do(src, "CLUSTER", "KEYSLOT", rk)
+		srcID, dstID := do(src, "CLUSTER", "MYID"), do(dst, "CLUSTER", "MYID")
+		state := do(src, "EXISTS", rk) == "1"
+		do(dst, "CLUSTER", "SETSLOT", slot, "IMPORTING", srcID)
+		do(src, "CLUSTER", "SETSLOT", slot, "MIGRATING", dstID)
+		if state {
+			do(src, "MIGRATE", "127.0.0.1", strconv.Itoa(dst.Port()), "", "0", "5000", "KEYS", rk)
+		}
+		for _, srv := range c.Servers {
+			do(srv, "CLUSTER", "SETSLOT", slot, "NODE", dstID)
+		}
+	}
+	type step struct {
+		key string
+		n   int64
+	}
+	now := int64(0)
+	batch := func(phase string, steps ...step) {
+		t.Helper()
+		now += 700
+		nowArg := strconv.FormatInt(t0+now, 10)
+		qs := make([]queued, len(steps))
+		calls := make([]*call, len(steps))
+		for i, st := range steps {
+			qs[i] = queueTake(ctx, s, nowArg, limiter.Take{Key: st.key, Limit: lim, N: st.n})
+			calls[i] = qs[i].c
+		}
+		b.send(calls)
+		for i, q := range qs {
+			<-q.c.done
+			if q.c.err != nil {
+				t.Fatalf("%s, call %d: %v", phase, i, q.c.err)
+			}
+			want := mustTake(t, ms, steps[i].key, lim, steps[i].n, at(now))
+			if got := resultFrom(q.c.vals, lim.Capacity()); got != want {
+				t.Fatalf("%s, call %d (%+v): redis %+v, memory %+v", phase, i, steps[i], got, want)
+			}
+		}
+	}
+	batch("before", step{local, 3}, step{moved, 4}, step{local, 2})
+	if got := b.redirected.Load(); got != 0 {
+		t.Fatalf("%d batches redirected before any slot moved", got)
+	}
+
+	moveSlot(moved, c.Servers[1])
+	batch("a key's slot and state moved", step{local, 3}, step{local, 2}, step{moved, 4}, step{local, 1}, step{moved, 9})
+	if got := b.redirected.Load(); got != 1 {
+		t.Fatalf("%d batches redirected after a slot moved, want 1", got)
+	}
+	if do(c.Servers[1], "EXISTS", s.Keys(moved, lim)[0]) != "1" {
+		t.Fatal("the moved key's state is not on its new master")
+	}
+
+	moveSlot(empty, c.Servers[2])
+	batch("an empty slot moved", step{local, 1}, step{empty, 6}, step{local, 1})
+	if got := b.redirected.Load(); got != 2 {
+		t.Fatalf("%d batches redirected after an empty slot moved, want 2", got)
+	}
+	if do(c.Servers[2], "EXISTS", s.Keys(empty, lim)[0]) != "1" {
+		t.Fatal("the key of the moved empty slot is not on its new master")
+	}
+	if do(src, "CLUSTER", "COUNTKEYSINSLOT", do(src, "CLUSTER", "KEYSLOT", s.Keys(empty, lim)[0])) != "0" {
+		t.Fatal("the key of the moved empty slot was written on its old master")
+	}
+
+	// The slot map follows; the moved keys are then batched by their new masters.
+	deadline := time.Now().Add(10 * time.Second)
+	for s.Master(ctx, moved, lim) != c.Servers[1].Addr() || s.Master(ctx, empty, lim) != c.Servers[2].Addr() {
+		if time.Now().After(deadline) {
+			t.Fatal("the client's slot map never showed the moved slots")
+		}
+		client.ReloadState(ctx)
+		time.Sleep(10 * time.Millisecond)
+	}
+	for _, k := range []string{moved, empty, local} {
+		now += 300
+		want := mustTake(t, ms, k, lim, 1, at(now))
+		if got := mustTake(t, s, k, lim, 1, at(now)); got != want {
+			t.Fatalf("after the reload, key %s: redis %+v, memory %+v", k, got, want)
+		}
+	}
+	if got := b.redirected.Load(); got != 2 {
+		t.Fatalf("%d batches redirected after the slot map reload, want still 2", got)
+	}
+}
