@@ -7,6 +7,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -265,6 +266,14 @@ func TestClusterSlotMigration(t *testing.T) {
 	if out, _ := dst.Do("EXISTS", rk); out != "1" {
 		t.Fatalf("the key is not on the target master after the migration (EXISTS %q)", out)
 	}
+	// The source refused the batches once the key had left (ASK, then MOVED), and they were
+	// decided again per slot.
+	s.mu.Lock()
+	redirected := s.nodes[src.Addr()].redirected.Load()
+	s.mu.Unlock()
+	if redirected < 1 {
+		t.Errorf("no batch on the source master was decided again per slot")
+	}
 }
 
 // onMaster finds keys served by one master: key(name, lim) is name, or name with a suffix,
@@ -455,4 +464,85 @@ func TestClusterRefusedBatchIsDecidedPerSlot(t *testing.T) {
 	if got := b.redirected.Load(); got != 2 {
 		t.Fatalf("%d batches redirected after the slot map reload, want still 2", got)
 	}
+}
+
+// TestClusterSlotMigrationUnderLoad moves a hot limiter's slot, state and all, to another
+// master while concurrent callers keep deciding it and other keys of its master: every call
+// is decided, and each key admits exactly its limit.
+func TestClusterSlotMigrationUnderLoad(t *testing.T) {
+	const callers = 16
+	s, c, client := clusterStore(t, explicitTime("migload"))
+	lim := limiter.Limit{Algorithm: limiter.FixedWindow, Limit: 300, Window: time.Minute}
+	src, dst := c.Servers[0], c.Servers[1]
+	keys := newOnMaster(t, s, client, src.Addr())
+	hot := []string{keys.key("moving", lim), keys.key("staying", lim), keys.key("staying2", lim)}
+	rk := s.Keys(hot[0], lim)[0]
+	do := func(srv *redisserver.TestServer, args ...string) string {
+		out, err := srv.Do(args...)
+		if err != nil {
+			t.Errorf("%s on %s: %v", strings.Join(args, " "), srv.Addr(), err)
+		}
+		return out
+	}
+	var decided atomic.Int64
+	migrated := make(chan struct{})
+	go func() {
+		defer close(migrated)
+		for decided.Load() < 100 {
+			time.Sleep(time.Millisecond)
+		}
+		slot := do(src, "CLUSTER", "KEYSLOT", rk)
+		srcID, dstID := do(src, "CLUSTER", "MYID"), do(dst, "CLUSTER", "MYID")
+		do(dst, "CLUSTER", "SETSLOT", slot, "IMPORTING", srcID)
+		do(src, "CLUSTER", "SETSLOT", slot, "MIGRATING", dstID)
+		time.Sleep(20 * time.Millisecond) // decisions on the source while migrating
+		do(src, "MIGRATE", "127.0.0.1", strconv.Itoa(dst.Port()), "", "0", "5000", "KEYS", rk)
+		time.Sleep(20 * time.Millisecond) // ASK
+		for _, srv := range c.Servers {
+			do(srv, "CLUSTER", "SETSLOT", slot, "NODE", dstID)
+		}
+		time.Sleep(20 * time.Millisecond) // MOVED
+	}()
+	admitted := make([]atomic.Int64, len(hot))
+	var wg sync.WaitGroup
+	for i, k := range hot {
+		for range callers {
+			wg.Go(func() {
+				for n := 0; ; n++ {
+					select {
+					case <-migrated:
+						if n >= 40 {
+							return
+						}
+					default:
+					}
+					r, err := s.Take(context.Background(), k, lim, 1, at(0))
+					if err != nil {
+						t.Errorf("key %s: %v", k, err)
+						return
+					}
+					decided.Add(1)
+					if r.Allowed {
+						admitted[i].Add(1)
+					}
+				}
+			})
+		}
+	}
+	wg.Wait()
+	for i, k := range hot {
+		if got := admitted[i].Load(); got != lim.Limit {
+			t.Errorf("key %s: %d admitted, want exactly %d", k, got, lim.Limit)
+		}
+	}
+	if out, _ := dst.Do("EXISTS", rk); out != "1" {
+		t.Errorf("the moving key is not on the target master (EXISTS %q)", out)
+	}
+	var redirected int64
+	s.mu.Lock()
+	for _, b := range s.nodes {
+		redirected += b.redirected.Load()
+	}
+	s.mu.Unlock()
+	t.Logf("%d decisions, %d batches decided again per slot", decided.Load(), redirected)
 }
