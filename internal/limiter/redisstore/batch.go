@@ -118,6 +118,8 @@ type batcher struct {
 	preloadWanted, preloading atomic.Bool
 	// active counts the calls in do; see there.
 	active atomic.Int64
+	// load, on a cluster, counts the calls in do on every batcher of the Store (see gather).
+	load *atomic.Int64
 
 	// For tests and benchmarks: pipelines sent, the most calls one carried, script calls
 	// sent, the most groups one carried, NOSCRIPT recoveries, scripts preloaded (SCRIPT LOAD
@@ -132,6 +134,13 @@ type batcher struct {
 // that node's own client. It preloads the scripts on the node now and after every new
 // connection (preload), without waiting for it.
 func newBatcher(client redis.UniversalClient, node *redis.Client, n int, minTTL int64) *batcher {
+	b := makeBatcher(client, node, minTTL)
+	b.start(n)
+	return b
+}
+
+// makeBatcher is newBatcher without starting it.
+func makeBatcher(client redis.UniversalClient, node *redis.Client, minTTL int64) *batcher {
 	ctx, cancel := context.WithCancel(context.Background())
 	_, cluster := client.(*redis.ClusterClient)
 	b := &batcher{
@@ -145,6 +154,11 @@ func newBatcher(client redis.UniversalClient, node *redis.Client, n int, minTTL 
 		cancel:  cancel,
 		stop:    make(chan struct{}),
 	}
+	return b
+}
+
+// start starts n senders and the preloads.
+func (b *batcher) start(n int) {
 	for range n {
 		b.live.Add(1)
 		b.senders.Go(func() {
@@ -152,11 +166,10 @@ func newBatcher(client redis.UniversalClient, node *redis.Client, n int, minTTL 
 			b.run()
 		})
 	}
-	if node != nil {
-		node.AddHook(preloadHook{b})
+	if b.node != nil {
+		b.node.AddHook(preloadHook{b})
 		b.preload()
 	}
-	return b
 }
 
 // acquire takes a wire token, waiting for one (until close, or done is closed) unless now is
@@ -214,6 +227,10 @@ func (b *batcher) close() {
 // pipeline.
 func (b *batcher) do(ctx context.Context, nowArg string, keys []string, args []any, takes int) ([]int64, error) {
 	defer b.active.Add(-1)
+	if b.load != nil {
+		b.load.Add(1)
+		defer b.load.Add(-1)
+	}
 	if b.active.Add(1) <= directMax && len(b.queue) == 0 && b.acquire(true, nil) {
 		defer b.release()
 		select {
@@ -254,6 +271,7 @@ func (b *batcher) do(ctx context.Context, nowArg string, keys []string, args []a
 // batch and repeats until close.
 func (b *batcher) run() {
 	batch := make([]*call, 0, maxBatch)
+	var timer *time.Timer // gather's
 	for {
 		select {
 		case c := <-b.queue:
@@ -274,6 +292,9 @@ func (b *batcher) run() {
 			default:
 				break fill
 			}
+		}
+		if b.load != nil {
+			batch = b.gather(batch, &timer)
 		}
 		b.send(batch)
 		b.release()
