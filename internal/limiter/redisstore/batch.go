@@ -120,6 +120,10 @@ type batcher struct {
 	active atomic.Int64
 	// load, on a cluster, counts the calls in do on every batcher of the Store (see gather).
 	load *atomic.Int64
+	// xscript is the script a cluster batcher sends to its master (nodeScript; tests set
+	// another before start), and perSlot says the master cannot run it (see sendNode).
+	xscript *script
+	perSlot atomic.Bool
 
 	// For tests and benchmarks: pipelines sent, the most calls one carried, script calls
 	// sent, the most groups one carried, NOSCRIPT recoveries, scripts preloaded (SCRIPT LOAD
@@ -148,6 +152,7 @@ func makeBatcher(client redis.UniversalClient, node *redis.Client, minTTL int64)
 		node:    node,
 		minTTL:  minTTL,
 		cluster: cluster,
+		xscript: nodeScript,
 		wire:    make(chan struct{}, MaxConns),
 		queue:   make(chan *call, queueLen),
 		ctx:     ctx,
@@ -344,7 +349,7 @@ func (b *batcher) send(batch []*call) {
 		}
 	}
 
-	if b.cluster && b.node != nil {
+	if b.cluster && b.node != nil && !b.perSlot.Load() {
 		b.sendNode(ctx, live)
 		return
 	}
@@ -552,7 +557,7 @@ func (b *batcher) loadScripts() {
 	defer cancel()
 	scripts := []*script{requestScript}
 	if b.cluster {
-		scripts = append(scripts, refundScript, nodeScript)
+		scripts = append(scripts, refundScript, b.xscript)
 	}
 	hashes := make([]string, len(scripts))
 	for i, sc := range scripts {
@@ -567,6 +572,10 @@ func (b *batcher) loadScripts() {
 			continue
 		}
 		if err := b.node.ScriptLoad(ctx, sc.src).Err(); err != nil {
+			if sc == b.xscript && noCrossSlot(err) {
+				b.perSlot.Store(true)
+				continue
+			}
 			return
 		}
 		b.preloads.Add(1)

@@ -88,7 +88,8 @@ var nodeScript = newScript(crossSlotLua + arithLua + requestLua)
 // sendNode sends a cluster batcher's calls to its master, coalesced across slots, and
 // completes every call: a script call answered NOSCRIPT is sent again as EVAL, and one the
 // master refused because a key is not its own (notServed) is sent again per slot through the
-// cluster client.
+// cluster client. So is one a master cannot compile (noCrossSlot: Redis before 7 knows no
+// script flags), and the batcher then sends every batch per slot.
 func (b *batcher) sendNode(ctx context.Context, live []*call) {
 	scripts := b.coalesce(live, false)
 	cmds := b.execNode(ctx, scripts, false)
@@ -99,6 +100,9 @@ func (b *batcher) sendNode(ctx context.Context, live []*call) {
 			noScript = append(noScript, m)
 		case notServed(err):
 			refused = append(refused, m)
+		case noCrossSlot(err):
+			b.perSlot.Store(true)
+			refused = append(refused, m)
 		default:
 			m.finish(cmds[i].Int64Slice())
 		}
@@ -108,11 +112,15 @@ func (b *batcher) sendNode(ctx context.Context, live []*call) {
 		b.reloads.Add(1)
 		cmds = b.execNode(ctx, noScript, true)
 		for i, m := range noScript {
-			if notServed(cmds[i].Err()) {
+			switch err := cmds[i].Err(); {
+			case notServed(err):
 				refused = append(refused, m)
-				continue
+			case noCrossSlot(err):
+				b.perSlot.Store(true)
+				refused = append(refused, m)
+			default:
+				m.finish(cmds[i].Int64Slice())
 			}
-			m.finish(cmds[i].Int64Slice())
 		}
 	}
 	if len(refused) == 0 {
@@ -143,9 +151,9 @@ func (b *batcher) execNode(ctx context.Context, scripts []*merged, src bool) []*
 		}
 		argv = append(argv, len(m.keys))
 		if src {
-			cmds[i] = pipe.Eval(ctx, nodeScript.src, nil, argv...)
+			cmds[i] = pipe.Eval(ctx, b.xscript.src, nil, argv...)
 		} else {
-			cmds[i] = pipe.EvalSha(ctx, nodeScript.Hash(), nil, argv...)
+			cmds[i] = pipe.EvalSha(ctx, b.xscript.Hash(), nil, argv...)
 		}
 	}
 	_, _ = pipe.Exec(ctx)
@@ -172,4 +180,17 @@ func notServed(err error) bool {
 	msg := rerr.Error()
 	return strings.HasPrefix(msg, "ERR Script attempted to ") &&
 		(strings.Contains(msg, " non local key ") || strings.Contains(msg, " while the cluster is down"))
+}
+
+// noCrossSlot reports whether err is a master's refusal to compile nodeScript: Redis 5 and 6
+// read the shebang line as Lua ("Error compiling script ... unexpected symbol near '#'"), a
+// Redis 7 that did not know the flag would say so ("Unexpected flag in script shebang"). The
+// script did not run.
+func noCrossSlot(err error) bool {
+	var rerr redis.Error
+	if !errors.As(err, &rerr) {
+		return false
+	}
+	msg := rerr.Error()
+	return strings.Contains(msg, "Error compiling script") || strings.Contains(msg, "shebang")
 }

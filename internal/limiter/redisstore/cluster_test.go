@@ -546,3 +546,52 @@ func TestClusterSlotMigrationUnderLoad(t *testing.T) {
 	s.mu.Unlock()
 	t.Logf("%d decisions, %d batches decided again per slot", decided.Load(), redirected)
 }
+
+// TestClusterMasterWithoutScriptFlags: a master that cannot compile the cross-slot script
+// (Redis before 7 reads its shebang as Lua; here a flag Redis 7 does not know) has its batches
+// decided per slot instead, exactly, from the first refused one on.
+func TestClusterMasterWithoutScriptFlags(t *testing.T) {
+	s, c, client := clusterStore(t, explicitTime("noflags"))
+	ctx := context.Background()
+	ms := limiter.NewMemoryStore(limiter.MemoryStoreOptions{})
+	lim := limiter.Limit{Algorithm: limiter.TokenBucket, Limit: 10, Window: time.Minute}
+	master := c.Servers[0]
+	keys := newOnMaster(t, s, client, master.Addr())
+	names := []string{keys.key("a", lim), keys.key("b", lim), keys.key("c", lim)}
+	node, err := client.MasterForKey(ctx, s.Keys(names[0], lim)[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Not started: the test sends its batches itself, and nothing preloads.
+	b := makeBatcher(client, node, s.minTTL)
+	b.load = &s.load
+	b.xscript = newScript("#!lua flags=no-such-flag\n" + arithLua + requestLua)
+	t.Cleanup(b.close)
+	for round := range 2 {
+		now := int64(round) * 1000
+		nowArg := strconv.FormatInt(t0+now, 10)
+		var qs []queued
+		var calls []*call
+		for i := range 7 {
+			q := queueTake(ctx, s, nowArg, limiter.Take{Key: names[i%len(names)], Limit: lim, N: int64(1 + i%4)})
+			qs, calls = append(qs, q), append(calls, q.c)
+		}
+		b.send(calls)
+		for i, q := range qs {
+			<-q.c.done
+			if q.c.err != nil {
+				t.Fatalf("round %d, call %d: %v", round, i, q.c.err)
+			}
+			want := mustTake(t, ms, q.takes[0].Key, lim, q.takes[0].N, at(now))
+			if got := resultFrom(q.c.vals, lim.Capacity()); got != want {
+				t.Fatalf("round %d, call %d: redis %+v, memory %+v", round, i, got, want)
+			}
+		}
+		if !b.perSlot.Load() {
+			t.Fatalf("round %d: the batcher still sends the script its master refused", round)
+		}
+		if got := b.redirected.Load(); got != 1 {
+			t.Fatalf("round %d: %d batches decided again per slot, want 1 (the first)", round, got)
+		}
+	}
+}
