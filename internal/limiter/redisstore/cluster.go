@@ -23,7 +23,8 @@ import (
 // Redis checks every key at each command the script runs: a key whose slot is no longer
 // served by the master (a slot moved or migrating, a failover, the cluster down) fails the call
 // at that key's first read, with an error, and the request script reads every state before it
-// writes any, so a refused call changed nothing. The calls of the refused script calls are then
+// writes any, so a refused call changed nothing (TestClusterRefusedBatchIsDecidedPerSlot fails
+// if a script wrote a key before reading a later one). The calls of the refused script calls are then
 // sent again per slot through the cluster client (sendPiped), which follows MOVED and ASK, and
 // the slot map is reloaded. Those calls are then decided after the batch's other script calls,
 // which for callers waiting at the same moment is as valid an arrival order as any; each

@@ -78,8 +78,9 @@
 //
 // Redis 5 or later (scripts that call TIME need effects replication, the default since 5); Redis
 // Cluster and Sentinel work (see NewClientFromURL); a cluster master before Redis 7 gets one
-// script call per slot, not per batch (it knows no script flags, see cluster.go). A call that times out may still run on the
-// server later: a timeout means the decision is unknown, not that nothing was counted.
+// script call per slot, not per batch (it knows no script flags, see cluster.go). A call that
+// times out may still run on the server later: a timeout means the decision is unknown, not
+// that nothing was counted.
 //
 // # Arithmetic
 //
