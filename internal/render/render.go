@@ -133,6 +133,15 @@ func compileRule(r v1alpha1.Rule) (policy.Rule, error) {
 			out.CountWhen = append(out.CountWhen, sr)
 		}
 	}
+	if rc := r.ResponseCost; rc != nil {
+		out.ResponseCost = &policy.ResponseCost{JSONField: rc.JSONField}
+		if rc.Header != "" {
+			out.ResponseCost.Header = canonicalHeader(string(rc.Header))
+		}
+		if rc.MinimumCost != nil {
+			out.Cost = *rc.MinimumCost
+		}
+	}
 	if m := r.Match; m != nil && (m.PathPrefix != "" || len(m.Methods) > 0 || len(m.Headers) > 0 || len(m.Descriptors) > 0) {
 		out.Match = &policy.Match{PathPrefix: m.PathPrefix}
 		for _, method := range m.Methods {
