@@ -17,8 +17,8 @@ import (
 	"net/http"
 	"net/http/httputil"
 	"net/url"
-	"strings"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
