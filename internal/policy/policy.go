@@ -422,6 +422,28 @@ func (p Policy) Validate() error {
 	return nil
 }
 
+// validateResponseCost checks r's responseCost, if any, and what it does not combine with.
+func (r Rule) validateResponseCost() error {
+	rc := r.ResponseCost
+	if rc == nil {
+		return nil
+	}
+	if err := rc.validate(); err != nil {
+		return err
+	}
+	switch {
+	case !r.LimiterLimit().LateChargeable():
+		return fmt.Errorf("responseCost applies only to FixedWindow and TokenBucket, not %s", r.Algorithm)
+	case r.CostHeader != "":
+		return errors.New("responseCost and costHeader are both set")
+	case len(r.CountWhen) > 0:
+		return errors.New("responseCost and countWhen are both set")
+	case r.Lease != nil:
+		return errors.New("responseCost and lease are both set: leased units are spent in advance")
+	}
+	return nil
+}
+
 func (r Rule) validate() error {
 	if c := r.Calendar; c != nil {
 		if r.WindowMs != 0 {
@@ -445,20 +467,8 @@ func (r Rule) validate() error {
 	if len(r.CountWhen) > 0 && !r.LimiterLimit().LateChargeable() {
 		return fmt.Errorf("countWhen applies only to FixedWindow and TokenBucket, not %s", r.Algorithm)
 	}
-	if rc := r.ResponseCost; rc != nil {
-		if err := rc.validate(); err != nil {
-			return err
-		}
-		switch {
-		case !r.LimiterLimit().LateChargeable():
-			return fmt.Errorf("responseCost applies only to FixedWindow and TokenBucket, not %s", r.Algorithm)
-		case r.CostHeader != "":
-			return errors.New("responseCost and costHeader are both set")
-		case len(r.CountWhen) > 0:
-			return errors.New("responseCost and countWhen are both set")
-		case r.Lease != nil:
-			return errors.New("responseCost and lease are both set: leased units are spent in advance")
-		}
+	if err := r.validateResponseCost(); err != nil {
+		return err
 	}
 	if r.Mode != Enforce && r.Mode != Shadow {
 		return fmt.Errorf("mode %q is not Enforce or Shadow", r.Mode)

@@ -161,30 +161,9 @@ func ReplayRules(in io.Reader, out io.Writer, store limiter.RequestStore, rules 
 			return fmt.Errorf("line %d: %d is before the arrival before it (%d); arrivals must not decrease", line, at, prev)
 		}
 		prev = at
-		takes := make([]limiter.Take, 0, len(f)-1)
-		names := make([]string, 0, len(f)-1)
-		status, cost := 200, int64(-1)
-		for _, kv := range f[1:] {
-			if v, isCost := strings.CutPrefix(kv, "cost="); isCost {
-				if cost, err = strconv.ParseInt(v, 10, 64); err != nil || cost < 0 {
-					return fmt.Errorf("line %d: cost %q is not a whole number of at least 0", line, v)
-				}
-				continue
-			}
-			if v, isStatus := strings.CutPrefix(kv, "status="); isStatus {
-				if status, err = strconv.Atoi(v); err != nil || status < 100 || status > 599 {
-					return fmt.Errorf("line %d: status %q is not a status code from 100 to 599", line, v)
-				}
-				continue
-			}
-			name, k, ok := strings.Cut(kv, "=")
-			r, known := byName[name]
-			if !ok || !known {
-				return fmt.Errorf("line %d: %q is not RULE=KEY of a rule given", line, kv)
-			}
-			// Each rule its own key space, as the sidecar's keys name their policy and rule.
-			takes = append(takes, limiter.Take{Key: name + "\x00" + k, Limit: r.Limit, N: max(1, r.MinimumCost), Shadow: r.Shadow, Check: len(r.CountWhen) > 0})
-			names = append(names, name)
+		takes, names, status, cost, err := parseRequest(f[1:], byName)
+		if err != nil {
+			return fmt.Errorf("line %d: %w", line, err)
 		}
 		res := make([]limiter.Result, len(takes))
 		admitted, err := store.TakeRequest(ctx, takes, time.UnixMilli(at), res)
@@ -236,6 +215,35 @@ func ReplayRules(in io.Reader, out io.Writer, store limiter.RequestStore, rules 
 	}
 	fmt.Fprintf(w, "allowed=%d denied=%d\n", allowed, denied)
 	return w.Flush()
+}
+
+// parseRequest parses a trace line's fields after the time: RULE=KEY, status= and cost=
+// (-1 when absent).
+func parseRequest(f []string, byName map[string]Rule) (takes []limiter.Take, names []string, status int, cost int64, err error) {
+	status, cost = 200, -1
+	for _, kv := range f {
+		if v, isCost := strings.CutPrefix(kv, "cost="); isCost {
+			if cost, err = strconv.ParseInt(v, 10, 64); err != nil || cost < 0 {
+				return nil, nil, 0, 0, fmt.Errorf("cost %q is not a whole number of at least 0", v)
+			}
+			continue
+		}
+		if v, isStatus := strings.CutPrefix(kv, "status="); isStatus {
+			if status, err = strconv.Atoi(v); err != nil || status < 100 || status > 599 {
+				return nil, nil, 0, 0, fmt.Errorf("status %q is not a status code from 100 to 599", v)
+			}
+			continue
+		}
+		name, k, ok := strings.Cut(kv, "=")
+		r, known := byName[name]
+		if !ok || !known {
+			return nil, nil, 0, 0, fmt.Errorf("%q is not RULE=KEY of a rule given", kv)
+		}
+		// Each rule its own key space, as the sidecar's keys name their policy and rule.
+		takes = append(takes, limiter.Take{Key: name + "\x00" + k, Limit: r.Limit, N: max(1, r.MinimumCost), Shadow: r.Shadow, Check: len(r.CountWhen) > 0})
+		names = append(names, name)
+	}
+	return takes, names, status, cost, nil
 }
 
 func list(s []string) string {

@@ -346,7 +346,7 @@ func (h *Handler) watchFast(resp, up *fasthttp.Response, d *decision) {
 // written.
 func (w *statusWriter) scanHead() {
 	if w.cost != nil {
-		hd := w.ResponseWriter.Header()
+		hd := w.Header()
 		w.cost.head(func(name string) ([]byte, bool) {
 			if v := hd.Values(name); len(v) > 0 {
 				return []byte(v[0]), true

@@ -237,3 +237,35 @@ func TestResponseCostFromHeaderAndJSONBody(t *testing.T) {
 		}
 	}
 }
+
+// TestResponseCostDuringAnOutageIsChargedToRedisAfter: a request decided on the local share
+// while Redis is down is charged there what its response reports, and that late charge goes
+// to Redis with the outage's admissions once Redis is back (sluice_outage_units_total
+// {outcome="charged"} counts each local admission's 2 and the response's 28 beyond them).
+func TestResponseCostDuringAnOutageIsChargedToRedisAfter(t *testing.T) {
+	if testing.Short() {
+		t.Skip("stops and restarts redis-server")
+	}
+	u := &costUpstream{}
+	doc := st.Doc(t, st.Policy("api", []policy.Rule{costRule("FixedWindow", 1000, time.Hour, 2, policy.ResponseCost{Header: "X-Usage-Tokens"})}))
+	e := newEnv(t, doc, envOpt{upstream: u.ServeHTTP, cooldown: 50 * time.Millisecond, timeout: 2 * time.Second}) // killed: refused at once
+	if resp, _ := e.do("GET", "/cost?h=5", nil); resp.StatusCode != 200 {
+		t.Fatalf("status %d", resp.StatusCode)
+	}
+	e.redis.Kill()
+	resp, _ := e.do("GET", "/cost?h=30", nil)
+	local := testutil.ToFloat64(e.m.ForPolicy("api").Local)
+	if resp.StatusCode != 200 || local != 1 {
+		t.Fatalf("during the outage: status %d, %v local decisions; want 200 decided locally", resp.StatusCode, local)
+	}
+	e.redis.Restart()
+	charged := e.m.OutageUnits.WithLabelValues("charged")
+	st.Eventually(t, 10*time.Second, func() error {
+		e.do("GET", "/cost", nil) // decided locally until the breaker lets a request try Redis
+		local := testutil.ToFloat64(e.m.ForPolicy("api").Local)
+		if got, want := testutil.ToFloat64(charged), 2*local+28; got != want {
+			return fmt.Errorf("%v units charged to Redis after %v local decisions, want %v", got, local, want)
+		}
+		return nil
+	})
+}
