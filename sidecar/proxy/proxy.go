@@ -299,7 +299,7 @@ func (w *statusWriter) Flush() {
 // the head declared one. (A stream the upstream broke off ends the proxying early, with what
 // was written; an event stream's last event counts then only if complete.)
 func (w *statusWriter) complete() bool {
-	cl := w.ResponseWriter.Header().Get("Content-Length")
+	cl := w.Header().Get("Content-Length")
 	if cl == "" {
 		return true
 	}
