@@ -58,6 +58,9 @@ func (u *costUpstream) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		_, _ = io.WriteString(w, "data: [DONE]\n\n")
 		return
 	case "/cost":
+		if r.Method == http.MethodPost && q.Get("noread") == "" {
+			_, _ = io.Copy(io.Discard, r.Body) // net/http sends the 100 Continue only now
+		}
 		if v, ok := q["h"]; ok {
 			w.Header().Set("X-Usage-Tokens", v[0])
 		}
@@ -268,4 +271,36 @@ func TestResponseCostDuringAnOutageIsChargedToRedisAfter(t *testing.T) {
 		}
 		return nil
 	})
+}
+
+// TestResponseCostWithExpectContinue: a request with Expect: 100-continue goes through the
+// sidecar's own upstream connection, whose answer is charged as any: after the body was sent,
+// or when the upstream answers before the body (a final answer the client gets without a 100).
+func TestResponseCostWithExpectContinue(t *testing.T) {
+	for _, redis := range []bool{true, false} {
+		t.Run(fmt.Sprintf("redis=%v", redis), func(t *testing.T) {
+			u := &costUpstream{}
+			doc := st.Doc(t, st.Policy("api", []policy.Rule{costRule("FixedWindow", 100, time.Hour, 2, policy.ResponseCost{JSONField: "usage.total_tokens"})}))
+			e := newEnv(t, doc, envOpt{noRedis: !redis, timeout: 5 * time.Second, upstream: u.ServeHTTP})
+			client := &http.Client{Transport: &http.Transport{ExpectContinueTimeout: 5 * time.Second}}
+			t.Cleanup(client.CloseIdleConnections)
+			for i, s := range []struct{ path, left string }{
+				{costPath(`j={"usage":{"total_tokens":10}}`), "98"},
+				{costPath(`j={"usage":{"total_tokens":20}}`) + "&noread=1", "88"},
+				{"/cost", "68"},
+			} {
+				req, _ := http.NewRequest("POST", e.srv.URL+s.path, strings.NewReader("body"))
+				req.Header.Set("Expect", "100-continue")
+				resp, err := client.Do(req)
+				if err != nil {
+					t.Fatal(err)
+				}
+				body, _ := io.ReadAll(resp.Body)
+				_ = resp.Body.Close()
+				if resp.StatusCode != 200 || resp.Header.Get("X-RateLimit-Remaining") != s.left {
+					t.Fatalf("step %d: status %d, remaining %q, want 200 and %s: %s", i, resp.StatusCode, resp.Header.Get("X-RateLimit-Remaining"), s.left, body)
+				}
+			}
+		})
+	}
 }
