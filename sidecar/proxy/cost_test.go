@@ -6,6 +6,7 @@ import (
 	"io"
 	"net/http"
 	"net/url"
+	"strconv"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -300,6 +301,30 @@ func TestResponseCostWithExpectContinue(t *testing.T) {
 				if resp.StatusCode != 200 || resp.Header.Get("X-RateLimit-Remaining") != s.left {
 					t.Fatalf("step %d: status %d, remaining %q, want 200 and %s: %s", i, resp.StatusCode, resp.Header.Get("X-RateLimit-Remaining"), s.left, body)
 				}
+			}
+		})
+	}
+}
+
+// TestResponseCostOnACalendarQuota: a monthly quota charged from a response header counts the
+// reported cost, and one response over the quota denies the key until the month ends.
+func TestResponseCostOnACalendarQuota(t *testing.T) {
+	for _, redis := range []bool{true, false} {
+		t.Run(fmt.Sprintf("redis=%v", redis), func(t *testing.T) {
+			t0 := time.Date(2026, 5, 4, 10, 0, 0, 0, time.UTC)
+			clock := clocktesting.NewFakeClock(t0)
+			u := &costUpstream{}
+			rule := costRule("FixedWindow", 100, 0, 1, policy.ResponseCost{Header: "X-Usage-Tokens"})
+			rule.WindowMs, rule.Calendar = 0, &policy.Calendar{Period: "Month", TimeZone: "UTC"}
+			e := newEnv(t, st.Doc(t, st.Policy("plan", []policy.Rule{rule})), envOpt{noRedis: !redis, clock: clock, timeout: 5 * time.Second, upstream: u.ServeHTTP})
+			for i, s := range []struct{ query, left string }{{"h=60", "99"}, {"h=1000", "39"}} {
+				if resp, _ := e.do("GET", costPath(s.query), nil); resp.StatusCode != 200 || resp.Header.Get("X-RateLimit-Remaining") != s.left {
+					t.Fatalf("step %d: status %d, remaining %q, want 200 and %s", i, resp.StatusCode, resp.Header.Get("X-RateLimit-Remaining"), s.left)
+				}
+			}
+			resp, _ := e.do("GET", "/cost", nil)
+			if want := strconv.Itoa(27*86400 + 14*3600); resp.StatusCode != 429 || resp.Header.Get("Retry-After") != want {
+				t.Errorf("over the quota: status %d, Retry-After %q; want 429, %s (June 1st)", resp.StatusCode, resp.Header.Get("Retry-After"), want)
 			}
 		})
 	}
