@@ -245,7 +245,7 @@ func (d *Decider) takeLocal(ctx context.Context, rules []*config.Rule, takes []l
 	if costs != nil && limiter.Admitted(takes, res) {
 		nowMs := now.UnixMilli()
 		for i, rule := range rules {
-			if res[i].Allowed {
+			if res[i].Allowed && !takes[i].Check { // a check charges nothing (KeepLate may, later)
 				d.backlog.add(takes[i].Key, rule.Limit, costs[i], nowMs)
 			}
 		}

@@ -105,16 +105,13 @@ func (h *Handler) settle(d *decision, status int) {
 	}
 }
 
-// charge makes n units of c's late charge on the store that decided the request. A
-// responseCost charge on the local share is kept for Redis too, as the admission was (a
-// countWhen check was kept at admission already).
+// charge makes n units of c's late charge on the store that decided the request. A charge
+// on the local share is kept for Redis too, as the admissions of the outage are.
 func (h *Handler) charge(c *lateCharge, n int64) {
 	now := h.opts.Clock.Now()
 	if c.local {
 		_, _ = h.opts.Local.Charge(context.Background(), c.key, c.lim, n, now)
-		if c.rule.ResponseCost != nil {
-			h.decider.KeepLate(c.key, c.rule.Limit, n, now)
-		}
+		h.decider.KeepLate(c.key, c.rule.Limit, n, now)
 		return
 	}
 	if _, err := h.opts.Remote.Charge(context.Background(), c.key, c.lim, n, now); err != nil {
