@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"io"
+	"slices"
 
 	"github.com/valyala/fasthttp"
 )
@@ -278,10 +279,12 @@ func fastHeaderGet(h *fasthttp.ResponseHeader) func(string) ([]byte, bool) {
 // made by the time the client has the whole response; a body closed early settles with what
 // was seen. Close closes the upstream's stream and releases its response.
 type costBody struct {
-	h       *Handler
-	scan    *costScan
-	up      *fasthttp.Response
-	r       io.Reader
+	h    *Handler
+	scan *costScan
+	// up is the upstream's response, resp the client's: the trailers up's body ends with are
+	// resp's too. Both nil when the caller closes the upstream itself.
+	up, resp *fasthttp.Response
+	r        io.Reader
 	left    int64 // bytes of a Content-Length body still to come; -1 when unknown
 	settled bool
 }
@@ -294,10 +297,31 @@ func (b *costBody) Read(p []byte) (int, error) {
 			b.left -= int64(n)
 		}
 	}
+	if err == io.EOF && b.up != nil {
+		copyTrailers(&b.resp.Header, &b.up.Header)
+	}
 	if err == io.EOF || b.left == 0 {
-		b.settle(err == io.EOF || b.left == 0)
+		b.settle(true)
 	}
 	return n, err
+}
+
+// copyTrailers gives dst the trailer section src's body ended with (a chunked body's, read
+// with its last chunk), announced or not, as the server writes it after the body.
+func copyTrailers(dst, src *fasthttp.ResponseHeader) {
+	for k := range src.Trailers() {
+		if !slices.ContainsFunc(slices.Collect(dst.Trailers()), func(t []byte) bool { return bytes.EqualFold(t, k) }) {
+			_ = dst.AddTrailerBytes(k)
+		}
+	}
+	sec := src.TrailerHeader()
+	for len(sec) > 0 {
+		line, rest, _ := bytes.Cut(sec, []byte("\r\n"))
+		sec = rest
+		if k, v, ok := bytes.Cut(line, []byte(": ")); ok {
+			dst.AddBytesKV(k, v)
+		}
+	}
 }
 
 func (b *costBody) settle(complete bool) {
@@ -335,7 +359,7 @@ func (h *Handler) watchFast(resp, up *fasthttp.Response, d *decision) {
 	d.cost = nil
 	s.head(fastHeaderGet(&up.Header))
 	n := up.Header.ContentLength()
-	b := &costBody{h: h, scan: s, up: up, r: stream, left: int64(n)}
+	b := &costBody{h: h, scan: s, up: up, resp: resp, r: stream, left: int64(n)}
 	if n < 0 {
 		n, b.left = -1, -1
 	}

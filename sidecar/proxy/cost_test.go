@@ -329,3 +329,50 @@ func TestResponseCostOnACalendarQuota(t *testing.T) {
 		})
 	}
 }
+
+// TestResponseCostKeepsTrailersAndHead: a watched body keeps what the proxy passes on without
+// responseCost: a chunked JSON body's usage is charged and its trailers, announced or not,
+// still reach the client; a HEAD answer has no body to search (missing, the minimum).
+func TestResponseCostKeepsTrailersAndHead(t *testing.T) {
+	upstream := func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Trailer", "X-Resp-Trailer")
+		w.Header().Set("Content-Type", "application/json")
+		if r.Method == http.MethodHead {
+			return
+		}
+		_, _ = io.WriteString(w, `{"usage":`)
+		w.(http.Flusher).Flush()
+		_, _ = io.WriteString(w, `{"total_tokens":12}}`)
+		w.Header().Set("X-Resp-Trailer", "declared")
+		w.Header().Set(http.TrailerPrefix+"X-Late-Trailer", "undeclared")
+	}
+	for _, redis := range []bool{true, false} {
+		for proto, client := range costClients() {
+			t.Run(fmt.Sprintf("redis=%v %s", redis, proto), func(t *testing.T) {
+				doc := st.Doc(t, st.Policy("api", []policy.Rule{costRule("FixedWindow", 100, time.Hour, 2, policy.ResponseCost{JSONField: "usage.total_tokens"})}))
+				e := newEnv(t, doc, envOpt{noRedis: !redis, timeout: 5 * time.Second, upstream: upstream})
+				e.client = client
+				t.Cleanup(client.CloseIdleConnections)
+				resp, err := client.Get(e.srv.URL + "/")
+				if err != nil {
+					t.Fatal(err)
+				}
+				body, _ := io.ReadAll(resp.Body)
+				_ = resp.Body.Close()
+				if string(body) != `{"usage":{"total_tokens":12}}` || resp.Trailer.Get("X-Resp-Trailer") != "declared" || resp.Trailer.Get("X-Late-Trailer") != "undeclared" {
+					t.Errorf("body %q, trailers %v", body, resp.Trailer)
+				}
+				resp, _ = e.do("HEAD", "/", nil)
+				if resp.StatusCode != 200 || resp.Header.Get("X-RateLimit-Remaining") != "86" { // 100 - 12 - 2
+					t.Errorf("HEAD: status %d, remaining %q, want 200 and 86", resp.StatusCode, resp.Header.Get("X-RateLimit-Remaining"))
+				}
+				if resp, _ = e.do("GET", "/", nil); resp.Header.Get("X-RateLimit-Remaining") != "84" {
+					t.Errorf("after HEAD: remaining %q, want 84 (HEAD cost the minimum)", resp.Header.Get("X-RateLimit-Remaining"))
+				}
+				if got := testutil.ToFloat64(e.m.ResponseCostMissing("api", "tokens")); got != 1 {
+					t.Errorf("sluice_response_cost_missing_total %v, want 1 (the HEAD)", got)
+				}
+			})
+		}
+	}
+}
