@@ -285,8 +285,8 @@ type costBody struct {
 	// resp's too. Both nil when the caller closes the upstream itself.
 	up, resp *fasthttp.Response
 	r        io.Reader
-	left    int64 // bytes of a Content-Length body still to come; -1 when unknown
-	settled bool
+	left     int64 // bytes of a Content-Length body still to come; -1 when unknown
+	settled  bool
 }
 
 func (b *costBody) Read(p []byte) (int, error) {
