@@ -95,3 +95,22 @@ func TestParseUsage(t *testing.T) {
 		}
 	}
 }
+
+// FuzzCostScan: on any body, event stream or not, the scan neither panics nor depends on how
+// the body is cut into reads, and what it finds is a usage parseUsage accepts.
+func FuzzCostScan(f *testing.F) {
+	f.Add([]byte(`{"usage":{"total_tokens":42}}`), false, uint8(3))
+	f.Add([]byte("data: {\"usage\":{\"total_tokens\":3}}\r\n\r\ndata: [DONE]\n\n"), true, uint8(1))
+	f.Add([]byte("data:{\"usage\":\ndata: {\"total_tokens\":8}}\n\n: c\nid: 1\n"), true, uint8(5))
+	f.Fuzz(func(t *testing.T, body []byte, sse bool, chunk uint8) {
+		rng := rand.New(rand.NewPCG(uint64(chunk), 7))
+		whole, foundWhole := scanCost(string(body), "usage.total_tokens", sse, true, 0, rng)
+		cut, foundCut := scanCost(string(body), "usage.total_tokens", sse, true, int(chunk)+1, rng)
+		if whole != cut || foundWhole != foundCut {
+			t.Fatalf("whole %d %v, in reads of up to %d bytes %d %v", whole, foundWhole, int(chunk)+1, cut, foundCut)
+		}
+		if foundWhole && (whole < 0 || whole > maxUsage) {
+			t.Fatalf("found %d", whole)
+		}
+	})
+}
