@@ -21,7 +21,7 @@ const simulateUsage = `usage: sluicectl simulate --algorithm ALG --limit N (--wi
        sluicectl simulate compare --algorithms ALG,ALG,... --limit N --window D [--burst N]
          [--max-delay D] [--cost N] [--store memory|redis [--redis-url URL]] [--plot FILE.png [--plot-bucket D]]
          [--title TEXT] < arrivals
-       sluicectl simulate rules --rule NAME=ALG,LIMIT,WINDOW[,shadow][,countWhen=CODES] [--rule ...]
+       sluicectl simulate rules --rule NAME=ALG,LIMIT,WINDOW[,shadow][,countWhen=CODES][,responseCost=MIN] [--rule ...]
          [--store memory|redis [--redis-url URL]] < requests
 
 Replays arrivals, one per line in ms since the Unix epoch (non-decreasing; blank lines are
@@ -45,8 +45,10 @@ in any interval of one window; --plot draws one panel per algorithm.
 rules decides requests against several rules as the sidecar does, all of a request's rules as
 one unit: each line is "<ms> RULE=KEY [RULE=KEY...]", the rules the request matches with its key
 under each (a rule's WINDOW may be PERIOD@ZONE), and status=NNN the response's status, which
-a countWhen=401|500-599 rule charges after the decision only when it is listed; it prints "<ms> allow charged=RULES" or "<ms> deny by=RULES charged=-" (a denied
-request charges no rule), then "allowed=N denied=M".
+a countWhen=401|500-599 rule charges after the decision only when it is listed, and cost=N the
+cost the response reported, which a responseCost=MIN rule (charged MIN at admission) is charged
+beyond MIN after the decision (nothing more without cost=); it prints "<ms> allow charged=RULES"
+or "<ms> deny by=RULES charged=-" (a denied request charges no rule), then "allowed=N denied=M".
 `
 
 // runSimulate implements `sluicectl simulate` and returns the exit code: 0 on success, 1 when the

@@ -110,6 +110,15 @@ func (d *Decider) Remote() Store { return d.opts.Remote }
 // Local is the fallback store (Options.Local), for late charges.
 func (d *Decider) Local() Store { return d.opts.Local }
 
+// KeepLate keeps n units of a late charge (countWhen, responseCost) that the local store took
+// for key while Remote could not decide, with the admissions of that time, to be charged to
+// Remote once it is back; lim is the shared limit. Nothing is kept without a backlog.
+func (d *Decider) KeepLate(key string, lim limiter.Limit, n int64, now time.Time) {
+	if d.backlog != nil {
+		d.backlog.add(key, lim, n, now.UnixMilli())
+	}
+}
+
 // TakeRequest decides takes (rules[i]'s take, of policy pols[i]) into res: through Redis when
 // the breaker allows, else by each policy's failure mode: Open rules are dropped (admitted
 // without a decision), a Closed rule makes the request Unavailable, Local rules are Decided
@@ -236,7 +245,7 @@ func (d *Decider) takeLocal(ctx context.Context, rules []*config.Rule, takes []l
 	if costs != nil && limiter.Admitted(takes, res) {
 		nowMs := now.UnixMilli()
 		for i, rule := range rules {
-			if res[i].Allowed {
+			if res[i].Allowed && !takes[i].Check { // a check charges nothing (KeepLate may, later)
 				d.backlog.add(takes[i].Key, rule.Limit, costs[i], nowMs)
 			}
 		}
