@@ -46,23 +46,40 @@ func TestLeasedSidecarsHoldTheBound(t *testing.T) {
 	if testing.Short() {
 		t.Skip("builds the binary and loads two sidecars")
 	}
-	cases := map[string]func(*policy.Rule){
-		"TokenBucket": func(r *policy.Rule) { r.Limit, r.WindowMs, r.Burst = 1000, 1000, 200 },
-		"FixedWindow": func(r *policy.Rule) { r.Algorithm, r.Limit, r.WindowMs, r.Burst = "FixedWindow", 500, 500, 0 },
+	bucket := func(r *policy.Rule) { r.Limit, r.WindowMs, r.Burst = 1000, 1000, 200 }
+	cases := map[string]struct {
+		alg     func(*policy.Rule)
+		perUser bool
+	}{
+		"TokenBucket": {bucket, false},
+		"FixedWindow": {func(r *policy.Rule) { r.Algorithm, r.Limit, r.WindowMs, r.Burst = "FixedWindow", 500, 500, 0 }, false},
+		// Every request also matches an exact rule per client (X-User), which denies some
+		// that the leased rule admits: reservations taken and cancelled under load.
+		"TokenBucket and an exact rule": {bucket, true},
 	}
-	for name, alg := range cases {
+	for name, tc := range cases {
 		t.Run(name, func(t *testing.T) {
 			const maxAge = 200 * time.Millisecond
-			rule := st.Rule("tenant", 1, time.Second, alg, func(r *policy.Rule) {
+			rule := st.Rule("tenant", 1, time.Second, tc.alg, func(r *policy.Rule) {
 				r.Key = []policy.KeyPart{{Source: policy.SourceHeader, Name: "X-Tenant"}}
 				r.Lease = &policy.Lease{MaxAgeMs: maxAge.Milliseconds()}
 			})
-			doc := st.Doc(t, st.Policy("api", []policy.Rule{rule}, func(p *policy.Policy) {
+			rules := []policy.Rule{rule}
+			if tc.perUser {
+				rules = append(rules, st.Rule("user", 30, 100*time.Millisecond, func(r *policy.Rule) {
+					r.Key = []policy.KeyPart{{Source: policy.SourceHeader, Name: "X-User"}}
+					r.Burst = 10
+				}))
+			}
+			doc := st.Doc(t, st.Policy("api", rules, func(p *policy.Policy) {
 				p.Replicas, p.FailureMode = 2, policy.FailureClosed
 			}))
-			admits := runLeasedFleet(t, doc, 2, 6, 4)
+			admits, notCharged := runLeasedFleet(t, doc, 2, 6, 4)
+			if tc.perUser && notCharged == 0 {
+				t.Errorf("the per-user rule denied no request the leased rule admitted")
+			}
 			lim := rule.Limit
-			if name == "TokenBucket" {
+			if rule.Algorithm == "TokenBucket" {
 				checkBucketBound(t, admits, lim, rule.Burst, time.Duration(rule.WindowMs)*time.Millisecond, maxAge)
 			} else {
 				checkWindowBound(t, admits, lim, time.Duration(rule.WindowMs)*time.Millisecond)
@@ -73,9 +90,10 @@ func TestLeasedSidecarsHoldTheBound(t *testing.T) {
 
 // runLeasedFleet starts pods sidecars with the policies doc against one redis-server, drives
 // each with callers closed-loop clients for cycles of trickle, spike and pause, and returns
-// the admissions the upstream recorded, sorted by sent. It fails the test unless the load
-// both took leases and was denied (so the bound was exercised near the limit).
-func runLeasedFleet(t *testing.T, doc []byte, pods, callers, cycles int) []admission {
+// the admissions the upstream recorded, sorted by sent, and how many times rule tenant
+// admitted a request that another rule denied (not charged). It fails the test unless the
+// load both took leases and was denied (so the bound was exercised near the limit).
+func runLeasedFleet(t *testing.T, doc []byte, pods, callers, cycles int) ([]admission, float64) {
 	t.Helper()
 	var mu sync.Mutex
 	var admits []admission
@@ -118,7 +136,8 @@ func runLeasedFleet(t *testing.T, doc []byte, pods, callers, cycles int) []admis
 	for _, s := range fleet {
 		client := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: callers}}
 		defer client.CloseIdleConnections()
-		for range callers {
+		for c := range callers {
+			user := fmt.Sprintf("%s-%d", s.Addr, c)
 			wg.Go(func() {
 				for {
 					now := time.Now()
@@ -134,6 +153,7 @@ func runLeasedFleet(t *testing.T, doc []byte, pods, callers, cycles int) []admis
 					}
 					req, _ := http.NewRequest(http.MethodGet, s.URL()+"/", nil)
 					req.Header.Set("X-Tenant", "hot")
+					req.Header.Set("X-User", user)
 					req.Header.Set("X-Sent", strconv.FormatInt(time.Now().UnixNano(), 10))
 					resp, err := client.Do(req)
 					if err != nil {
@@ -148,8 +168,9 @@ func runLeasedFleet(t *testing.T, doc []byte, pods, callers, cycles int) []admis
 		}
 	}
 	wg.Wait()
-	var leases, decisions, calls float64
+	var leases, decisions, calls, notCharged float64
 	for _, s := range fleet {
+		notCharged += s.metric(t, "sluice_requests_total", `rule="tenant"`, `decision="not_charged"`)
 		leases += s.metric(t, "sluice_leases_total")
 		decisions += s.metric(t, "sluice_lease_decisions_total")
 		calls += s.metric(t, "sluice_lease_store_calls_total")
@@ -159,8 +180,8 @@ func runLeasedFleet(t *testing.T, doc []byte, pods, callers, cycles int) []admis
 		summary += fmt.Sprintf(" %d:%d", k, v.(*atomic.Int64).Load())
 		return true
 	})
-	t.Logf("statuses%s; %d admissions at the upstream; %.0f leases taken, %.3f store calls per decision",
-		summary, len(admits), leases, calls/max(decisions, 1))
+	t.Logf("statuses%s; %d admissions at the upstream; %.0f leases taken, %.3f store calls per decision; tenant not charged %.0f times",
+		summary, len(admits), leases, calls/max(decisions, 1), notCharged)
 	if bad.Load() > 0 {
 		t.Fatalf("%d upstream requests without X-Sent", bad.Load())
 	}
@@ -171,7 +192,7 @@ func runLeasedFleet(t *testing.T, doc []byte, pods, callers, cycles int) []admis
 		t.Fatalf("the load did not exercise the bound: %.0f leases, %d denials", leases, count(http.StatusTooManyRequests).Load())
 	}
 	slices.SortFunc(admits, func(a, b admission) int { return int(a.sent - b.sent) })
-	return admits
+	return admits, notCharged
 }
 
 // checkBucketBound checks a bucket's bound, burst + limit/window × (T + maxAge), on every
