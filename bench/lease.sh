@@ -6,9 +6,11 @@
 #  2. two sluice-sidecar binaries on one hot key (every request from 127.0.0.1), one wrk each
 #     (closed loop, -t1 -c$SIDECAR_CONNS, $SIDECAR_DURATION s), in $ROUNDS rounds of: local (no
 #     --redis-url: the local share), leased (the rule leased, lease maxAge $MAX_AGE, Redis) and
-#     exact (the same rule unleased, Redis); the rule never denies (1e8/s). Throughput and the
-#     sidecars' CPU per request (utime+stime from /proc) as ratios to local, medians of the
-#     rounds. Needs wrk.
+#     exact (the same rule unleased, Redis), then two rules on every request (client IP and
+#     path) local and both leased (one all-or-nothing decision from two leases); the rules
+#     never deny (1e8/s). Throughput and the sidecars' CPU per request (utime+stime from
+#     /proc) as ratios to local (to two rules local for those), medians of the rounds; the
+#     order of the modes rotates each round. Needs wrk.
 # Writes $OUT/lease.tsv, $OUT/lease-sidecar.tsv and $OUT/lease.md.
 #
 # Usage: bench/lease.sh  (OUT=bench/out DURATION=2s PODS=2 CALLERS=8 MAX_AGE=100ms
@@ -67,14 +69,21 @@ if [ "$SIDECAR" = 1 ]; then
   PIDS+=($!)
   waitport "$UP"
   age_ms=$(awk -v a="$MAX_AGE" 'BEGIN { n = a + 0; if (a ~ /ms$/) print n; else if (a ~ /s$/) print n * 1000; else print n }')
-  # policy LEASE: the never-denying rule on the client IP, two replicas, LEASE its lease field.
+  # rule NAME SOURCE LEASE: a never-denying rule keyed on SOURCE, LEASE its lease field.
+  rule() {
+    printf '{"name":"%s","key":[{"source":"%s"}],"algorithm":"TokenBucket","limit":100000000,"windowMs":1000,"burst":100000000,"cost":1,"mode":"Enforce"%s}' "$1" "$2" "$3"
+  }
+  # policy RULES: the rules (JSON, comma-separated) in a policy of two replicas.
   policy() {
     printf '%s\n' '{"version":1,"namespace":"bench","policies":[{"name":"bench","selector":{},"replicas":2,"failureMode":"Local",' \
       ' "response":{"statusCode":429,"headers":"Both"},' \
-      ' "rules":[{"name":"hot","key":[{"source":"clientIP"}],"algorithm":"TokenBucket","limit":100000000,"windowMs":1000,"burst":100000000,"cost":1,"mode":"Enforce"'"$1"'}]}]}'
+      ' "rules":['"$1"']}]}'
   }
-  policy ",\"lease\":{\"maxAgeMs\":$age_ms}" > "$WORK/leased.json"
-  policy "" > "$WORK/exact.json"
+  lease=",\"lease\":{\"maxAgeMs\":$age_ms}"
+  policy "$(rule hot clientIP "$lease")" > "$WORK/leased.json"
+  policy "$(rule hot clientIP "")" > "$WORK/exact.json"
+  # Two leased rules on every request (one all-or-nothing decision, both from leases).
+  policy "$(rule hot clientIP "$lease"),$(rule path path "$lease")" > "$WORK/leased2.json"
   # sidecar NAME CONFIG [flags...]: starts one, sets SC_PORT[NAME] and SC_PID[NAME].
   declare -A SC_PORT SC_PID
   sidecar() {
@@ -87,18 +96,20 @@ if [ "$SIDECAR" = 1 ]; then
     for _ in $(seq 100); do curl -sf "http://127.0.0.1:$metrics/readyz" >/dev/null && return 0; sleep 0.05; done
     echo "sidecar $name not ready" >&2; cat "$WORK/sidecar-$name.log" >&2; exit 1
   }
-  MODES=(local leased exact)
+  MODES=(local leased exact local2 leased2)
   for i in 1 2; do
     sidecar "local$i" "$WORK/leased.json"
     sidecar "leased$i" "$WORK/leased.json" --redis-url "redis://127.0.0.1:$P/0"
     sidecar "exact$i" "$WORK/exact.json" --redis-url "redis://127.0.0.1:$P/0"
+    sidecar "local2$i" "$WORK/leased2.json"
+    sidecar "leased2$i" "$WORK/leased2.json" --redis-url "redis://127.0.0.1:$P/0"
   done
   ticks() { awk '{print $14 + $15}' "/proc/$1/stat"; }
   HZ=$(getconf CLK_TCK)
   : > "$OUT/lease-sidecar.tsv"
   for round in $(seq "$ROUNDS"); do
     # Each round starts with another mode, so the machine's drift does not favour one.
-    r=$(((round - 1) % 3))
+    r=$(((round - 1) % ${#MODES[@]}))
     for mode in "${MODES[@]:$r}" "${MODES[@]:0:$r}"; do
       p1=${SC_PORT[${mode}1]} p2=${SC_PORT[${mode}2]} pid1=${SC_PID[${mode}1]} pid2=${SC_PID[${mode}2]}
       wrk -t1 -c4 -d1s "http://127.0.0.1:$p1/" > /dev/null & # warm connections and leases
@@ -124,22 +135,25 @@ import statistics, sys
 rows = [l.rstrip("\n").split("\t") for l in open(sys.argv[1]) if l.startswith("sidecar")]
 conns, dur, rounds, age = sys.argv[2:]
 med = {}
-for mode in ("local", "leased", "exact"):
+for mode in ("local", "leased", "exact", "local2", "leased2"):
     rs = [r for r in rows if r[2] == mode]
     med[mode] = (statistics.median(float(r[3]) for r in rs), statistics.median(float(r[4]) for r in rs),
                  sum(int(r[6]) for r in rs), [float(r[4]) for r in rs], [float(r[3]) for r in rs])
 print()
 print(f"Two sluice-sidecar binaries on one hot key (every request from 127.0.0.1), one `wrk -t1 -c{conns} -d{dur}s` "
-      f"each at once, {rounds} rounds of local, leased and exact in turn (each round starting with the next); the rule never denies (1e8/s), "
-      f"lease maxAge {age}. CPU per request is both sidecars' utime+stime from /proc over the requests "
+      f"each at once, {rounds} rounds of local, leased and exact in turn, and of two rules per request (on the client IP and the "
+      f"path) local and both leased (each round starting with the next mode); the rules never deny (1e8/s), "
+      f"lease maxAge {age}; the two-rule rows are ratios to two rules local. CPU per request is both sidecars' utime+stime from /proc over the requests "
       f"both wrk completed; medians of the rounds, ratios to local. Load average (1 min) during the rounds: "
       f"{min(float(r[7]) for r in rows):.1f} to {max(float(r[7]) for r in rows):.1f}.")
 print()
 print("| sidecars | req/s | vs local | CPU µs / request | vs local | CPU per round | req/s per round | non-2xx |")
 print("|---|--:|--:|--:|--:|---|---|--:|")
-l_rps, l_cpu = med["local"][0], med["local"][1]
-names = {"local": "local (no --redis-url: local share)", "leased": "leased (Redis)", "exact": "exact (Redis)"}
+names = {"local": "local (no --redis-url: local share)", "leased": "leased (Redis)", "exact": "exact (Redis)",
+         "local2": "two rules, local", "leased2": "two rules, both leased (Redis)"}
 for mode, (rps, cpu, bad, cpus, rpss) in med.items():
+    ref = "local2" if mode.endswith("2") else "local"
+    l_rps, l_cpu = med[ref][0], med[ref][1]
     print(f"| {names[mode]} | {rps:.0f} | {rps / l_rps:.2f}× | {cpu:.1f} | {cpu / l_cpu:.2f}× | "
           f"{', '.join(f'{c:.1f}' for c in cpus)} | {', '.join(f'{x:.0f}' for x in rpss)} | {bad} |")
 PY
