@@ -139,17 +139,22 @@ func (d *Decider) TakeRequest(ctx context.Context, pols []*config.Policy, rules 
 	brks := d.breakers(ctx, takes, bbuf[:0])
 	if allow(brks) {
 		var err error
+		called := true
 		switch {
 		case leased:
 			res[0], err = d.opts.Leases.Take(ctx, takes[0].Key, takes[0].Limit, *rules[0].Lease, takes[0].N, now)
 		case d.opts.Leases != nil && len(takes) > 1 && len(takes) <= maxInline:
-			err = d.remoteLeased(ctx, pols, rules, takes, now, res)
+			called, err = d.remoteLeased(ctx, pols, rules, takes, now, res)
 		default:
 			err = d.remote(ctx, takes, now, res)
 		}
 		if err == nil {
 			for _, b := range brks {
-				b.Success()
+				if called {
+					b.Success()
+				} else {
+					b.Release() // decided from leases alone: no sign of Redis's health
+				}
 			}
 			if b := d.backlog; b != nil && b.due(now) {
 				go d.flushBacklog()
@@ -216,8 +221,8 @@ func (d *Decider) remote(ctx context.Context, takes []limiter.Take, now time.Tim
 // request is admitted, else cancelled, so that a request denied by one rule spends no other
 // rule's units, leased or not (issue 21). While deciding, the rules decided in Redis come
 // first in pols, rules, takes and res, the reserved ones after; the order is restored before
-// it returns. On an error nothing is spent.
-func (d *Decider) remoteLeased(ctx context.Context, pols []*config.Policy, rules []*config.Rule, takes []limiter.Take, now time.Time, res []limiter.Result) error {
+// it returns. called reports whether Redis was asked anything. On an error nothing is spent.
+func (d *Decider) remoteLeased(ctx context.Context, pols []*config.Policy, rules []*config.Rule, takes []limiter.Take, now time.Time, res []limiter.Result) (called bool, err error) {
 	var rsv [maxInline]lease.Reservation
 	var moved [maxInline]int // moved[j]: where the rule now at j came from (j >= end)
 	end := len(takes)
@@ -246,19 +251,21 @@ func (d *Decider) remoteLeased(ctx context.Context, pols []*config.Policy, rules
 		r, v, ok, err := d.opts.Leases.Reserve(ctx, takes[i].Key, takes[i].Limit, *rules[i].Lease, takes[i].N, now)
 		if err != nil {
 			cancel()
-			return err
+			return true, err
 		}
 		if !ok {
 			continue
 		}
+		called = called || v.Issued()
 		end--
 		swap(i, end)
 		res[end], rsv[end], moved[end] = r, v, i
 	}
 	if end > 0 {
+		called = true
 		if err := d.remote(ctx, takes[:end], now, res[:end]); err != nil {
 			cancel()
-			return err
+			return true, err
 		}
 	}
 	admitted := limiter.Admitted(takes, res)
@@ -269,13 +276,13 @@ func (d *Decider) remoteLeased(ctx context.Context, pols []*config.Policy, rules
 	}
 	if !admitted {
 		cancel()
-		return nil
+		return called, nil
 	}
 	for j := end; j < len(takes); j++ {
 		d.opts.Leases.Commit(rsv[j])
 	}
 	restore()
-	return nil
+	return called, nil
 }
 
 // takeLocal decides takes with the local store and this pod's share of each rule's limit. It

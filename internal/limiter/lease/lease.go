@@ -270,10 +270,15 @@ func (e *Engine) renew(ctx context.Context, key string, en *entry, n int64, now 
 // Reservation is units a request took from a key's lease with Reserve, until Commit spends
 // them or Cancel gives them back. The zero Reservation holds nothing.
 type Reservation struct {
-	en  *entry
-	gen uint64
-	n   int64
+	en     *entry
+	gen    uint64
+	n      int64
+	issued bool
 }
+
+// Issued reports whether Reserve issued the lease for r, a store call: otherwise r came from
+// the live lease, with no store call.
+func (r Reservation) Issued() bool { return r.issued }
 
 // Reserve takes n units of key's lease under lim and p for a request that other rules decide
 // too: from the live lease, or from a lease it issues now (one store call) when the rate
@@ -301,6 +306,7 @@ func (e *Engine) Reserve(ctx context.Context, key string, lim limiter.Limit, p P
 		return limiter.Result{}, Reservation{}, false, nil // Take starts the key afresh
 	}
 	en.lastUse = nowMs
+	issued := false
 	if en.units < n || nowMs >= en.expires {
 		if en.reserved > 0 {
 			return limiter.Result{}, Reservation{}, false, nil
@@ -312,12 +318,13 @@ func (e *Engine) Reserve(ctx context.Context, key string, lim limiter.Limit, p P
 		}
 		en.units += n // renew spent them: hold them as reserved instead
 		en.obsSpent -= n
+		issued = true
 	}
 	e.decisions.Add(1)
 	en.units -= n
 	en.obsSpent += n
 	en.reserved += n
-	return e.leased(en), Reservation{en: en, gen: en.gen, n: n}, true, nil
+	return e.leased(en), Reservation{en: en, gen: en.gen, n: n, issued: issued}, true, nil
 }
 
 // Observe records the exact decision r of a request of cost n on key under lim and p that

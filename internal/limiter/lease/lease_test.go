@@ -250,6 +250,18 @@ func TestReserveDoesNotAllocate(t *testing.T) {
 	if got := e.Held(); got != held-201 { // AllocsPerRun runs the function once more
 		t.Errorf("held %d after 201 commits of one unit and as many cancels, want %d", got, held-201)
 	}
+	_, v, ok, _ := e.Reserve(ctx, "k", lim, p, 1, now)
+	if !ok || v.Issued() {
+		t.Errorf("a reservation from the live lease: ok %v, issued %v", ok, v.Issued())
+	}
+	e.Commit(v)
+	// Past the lease's age the next reservation issues a lease: a store call.
+	later := now.Add(2 * p.MaxAge)
+	if _, v, ok, err := e.Reserve(ctx, "k", lim, p, 1, later); err != nil || !ok || !v.Issued() {
+		t.Errorf("a reservation past maxAge: ok %v, issued %v, %v", ok, v.Issued(), err)
+	} else {
+		e.Commit(v)
+	}
 }
 
 // TestReservationsAccountForEveryUnit: goroutines reserve (then commit or cancel), take and
