@@ -135,7 +135,8 @@ func (d *Decider) TakeRequest(ctx context.Context, pols []*config.Policy, rules 
 	}
 	// A request whose one rule is leased spends the key's live lease without Redis, and
 	// without asking the breaker (a local spend is no sign of Redis's health); a request with
-	// several rules is Decided as one unit in Redis, leased rules included.
+	// several rules is Decided as one unit, its leased rules reserved from their leases and
+	// the others in Redis (remoteLeased).
 	leased := d.opts.Leases != nil && len(takes) == 1 && rules[0].Lease != nil
 	if leased {
 		if r, ok := d.opts.Leases.Spend(takes[0].Key, takes[0].Limit, *rules[0].Lease, takes[0].N, now); ok {
@@ -147,14 +148,22 @@ func (d *Decider) TakeRequest(ctx context.Context, pols []*config.Policy, rules 
 	brks := d.breakers(ctx, takes, bbuf[:0])
 	if allow(brks) {
 		var err error
-		if leased {
+		called := true
+		switch {
+		case leased:
 			res[0], err = d.opts.Leases.Take(ctx, takes[0].Key, takes[0].Limit, *rules[0].Lease, takes[0].N, now)
-		} else {
+		case d.opts.Leases != nil && len(takes) > 1 && len(takes) <= maxInline:
+			called, err = d.remoteLeased(ctx, pols, rules, takes, now, res)
+		default:
 			err = d.remote(ctx, takes, now, res)
 		}
 		if err == nil {
 			for _, b := range brks {
-				b.Success()
+				if called {
+					b.Success()
+				} else {
+					b.Release() // decided from leases alone: no sign of Redis's health
+				}
 			}
 			if b := d.backlog; b != nil && b.due(now) {
 				go d.flushBacklog()
@@ -213,6 +222,76 @@ func (d *Decider) remote(ctx context.Context, takes []limiter.Take, now time.Tim
 	}
 	_, err := d.opts.Remote.TakeRequest(ctx, takes, now, res)
 	return err
+}
+
+// remoteLeased decides a request of several rules as one unit when some are leased: each
+// leased rule's units are reserved from its key's lease (lease.Engine.Reserve), the other
+// rules are decided in Redis in one call, and the reservations are then committed if the
+// request is admitted, else cancelled, so that a request denied by one rule spends no other
+// rule's units, leased or not (issue 21). While deciding, the rules decided in Redis come
+// first in pols, rules, takes and res, the reserved ones after; the order is restored before
+// it returns. called reports whether Redis was asked anything. On an error nothing is spent.
+func (d *Decider) remoteLeased(ctx context.Context, pols []*config.Policy, rules []*config.Rule, takes []limiter.Take, now time.Time, res []limiter.Result) (called bool, err error) {
+	var rsv [maxInline]lease.Reservation
+	var moved [maxInline]int // moved[j]: where the rule now at j came from (j >= end)
+	end := len(takes)
+	swap := func(i, j int) {
+		pols[i], pols[j] = pols[j], pols[i]
+		rules[i], rules[j] = rules[j], rules[i]
+		takes[i], takes[j] = takes[j], takes[i]
+		res[i], res[j] = res[j], res[i]
+	}
+	restore := func() {
+		for j := end; j < len(takes); j++ { // undo the swaps, the last one first
+			swap(moved[j], j)
+		}
+	}
+	cancel := func() {
+		for j := end; j < len(takes); j++ {
+			d.opts.Leases.Cancel(rsv[j])
+		}
+		restore()
+	}
+	// Reserve from the end, moving each reserved rule behind the unreserved ones.
+	for i := len(takes) - 1; i >= 0; i-- {
+		if rules[i].Lease == nil || takes[i].Check {
+			continue
+		}
+		r, v, ok, err := d.opts.Leases.Reserve(ctx, takes[i].Key, takes[i].Limit, *rules[i].Lease, takes[i].N, now)
+		if err != nil {
+			cancel()
+			return true, err
+		}
+		if !ok {
+			continue
+		}
+		called = called || v.Issued()
+		end--
+		swap(i, end)
+		res[end], rsv[end], moved[end] = r, v, i
+	}
+	if end > 0 {
+		called = true
+		if err := d.remote(ctx, takes[:end], now, res[:end]); err != nil {
+			cancel()
+			return true, err
+		}
+	}
+	admitted := limiter.Admitted(takes, res)
+	for i := range end {
+		if rules[i].Lease != nil && !takes[i].Check {
+			d.opts.Leases.Observe(takes[i].Key, takes[i].Limit, *rules[i].Lease, takes[i].N, res[i], admitted && res[i].Allowed)
+		}
+	}
+	if !admitted {
+		cancel()
+		return called, nil
+	}
+	for j := end; j < len(takes); j++ {
+		d.opts.Leases.Commit(rsv[j])
+	}
+	restore()
+	return called, nil
 }
 
 // takeLocal decides takes with the local store and this pod's share of each rule's limit. It
