@@ -3,18 +3,12 @@ package simulate
 import (
 	"fmt"
 	"image/color"
-	"os"
 	"slices"
 	"time"
 
-	xfont "golang.org/x/image/font"
 	"gonum.org/v1/plot"
-	"gonum.org/v1/plot/font"
 	"gonum.org/v1/plot/plotter"
-	"gonum.org/v1/plot/text"
 	"gonum.org/v1/plot/vg"
-	"gonum.org/v1/plot/vg/draw"
-	"gonum.org/v1/plot/vg/vgimg"
 
 	"github.com/sluice-dev/sluice/internal/limiter"
 )
@@ -139,35 +133,12 @@ func PlotLease(file string, rep *LeaseReport, bucket int64) error {
 	}
 	bottom.Y.Max = max(bottom.Y.Max, float64(leasedBound)*1.45)
 
-	img := vgimg.NewWith(vgimg.UseWH(px(plotWidthPx), px(LeasePlotHeight)), vgimg.UseDPI(plotDPI))
-	dc := draw.New(img)
-	sty := text.Style{Color: color.Black, Font: font.From(plot.DefaultFont, 14), XAlign: draw.XCenter, YAlign: draw.YTop,
-		Handler: plot.DefaultTextHandler}
-	sty.Font.Weight = xfont.WeightBold
 	rule := fmt.Sprintf("%s %d per %s", lim.Name(), lim.Limit, lim.Window)
 	if !windowed {
 		rule += fmt.Sprintf(", burst %d", lim.Capacity())
 	}
-	dc.FillText(sty, vg.Point{X: dc.Center().X, Y: dc.Max.Y - px(8)},
-		fmt.Sprintf("%s, %d pods, lease maxAge %s: exact and leased", rule, rep.Fleet.Pods, rep.Fleet.Lease.MaxAge))
-	tiles := draw.Tiles{Rows: 2, Cols: 1, PadTop: px(figureTitlePx), PadBottom: px(4), PadLeft: px(4), PadRight: px(12), PadY: px(6)}
-	plots := [][]*plot.Plot{{top}, {bottom}}
-	canvases := plot.Align(plots, tiles, dc)
-	for i, row := range plots {
-		row[0].Draw(canvases[i][0])
-	}
-	f, err := os.Create(file)
-	if err != nil {
-		return fmt.Errorf("plot: %w", err)
-	}
-	if _, err := (vgimg.PngCanvas{Canvas: img}).WriteTo(f); err != nil {
-		f.Close()
-		return fmt.Errorf("plot: writing %s: %w", file, err)
-	}
-	if err := f.Close(); err != nil {
-		return fmt.Errorf("plot: %w", err)
-	}
-	return nil
+	title := fmt.Sprintf("%s, %d pods, lease maxAge %s: exact and leased", rule, rep.Fleet.Pods, rep.Fleet.Lease.MaxAge)
+	return writeFigure(file, LeasePlotHeight, title, []*plot.Plot{top, bottom})
 }
 
 // leasePanel is an empty panel from 0 to xmax seconds.
