@@ -53,8 +53,9 @@ func TestLeasedSidecarsHoldTheBound(t *testing.T) {
 	}{
 		"TokenBucket": {bucket, false},
 		"FixedWindow": {func(r *policy.Rule) { r.Algorithm, r.Limit, r.WindowMs, r.Burst = "FixedWindow", 500, 500, 0 }, false},
-		// Every request also matches an exact rule per client (X-User), which denies some
-		// that the leased rule admits: reservations taken and cancelled under load.
+		// Every fourth request also matches an exact rule (X-Block: yes) of one unit an hour,
+		// which denies all of them but the first, whatever the load, while the leased rule
+		// admits many: reservations taken and cancelled under load.
 		"TokenBucket and an exact rule": {bucket, true},
 	}
 	for name, tc := range cases {
@@ -66,9 +67,9 @@ func TestLeasedSidecarsHoldTheBound(t *testing.T) {
 			})
 			rules := []policy.Rule{rule}
 			if tc.perUser {
-				rules = append(rules, st.Rule("user", 30, 100*time.Millisecond, func(r *policy.Rule) {
-					r.Key = []policy.KeyPart{{Source: policy.SourceHeader, Name: "X-User"}}
-					r.Burst = 10
+				rules = append(rules, st.Rule("blocked", 1, time.Hour, func(r *policy.Rule) {
+					r.Match = &policy.Match{Headers: []policy.HeaderMatch{{Name: "X-Block", Value: "yes"}}}
+					r.Key = []policy.KeyPart{{Source: policy.SourceHeader, Name: "X-Block"}}
 				}))
 			}
 			doc := st.Doc(t, st.Policy("api", rules, func(p *policy.Policy) {
@@ -76,7 +77,7 @@ func TestLeasedSidecarsHoldTheBound(t *testing.T) {
 			}))
 			admits, notCharged := runLeasedFleet(t, doc, 2, 6, 4)
 			if tc.perUser && notCharged == 0 {
-				t.Errorf("the per-user rule denied no request the leased rule admitted")
+				t.Errorf("the blocked rule denied no request the leased rule admitted")
 			}
 			lim := rule.Limit
 			if rule.Algorithm == "TokenBucket" {
@@ -136,10 +137,9 @@ func runLeasedFleet(t *testing.T, doc []byte, pods, callers, cycles int) ([]admi
 	for _, s := range fleet {
 		client := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: callers}}
 		defer client.CloseIdleConnections()
-		for c := range callers {
-			user := fmt.Sprintf("%s-%d", s.Addr, c)
+		for range callers {
 			wg.Go(func() {
-				for {
+				for i := 0; ; i++ {
 					now := time.Now()
 					if !now.Before(end) {
 						return
@@ -153,7 +153,9 @@ func runLeasedFleet(t *testing.T, doc []byte, pods, callers, cycles int) ([]admi
 					}
 					req, _ := http.NewRequest(http.MethodGet, s.URL()+"/", nil)
 					req.Header.Set("X-Tenant", "hot")
-					req.Header.Set("X-User", user)
+					if i%4 == 3 {
+						req.Header.Set("X-Block", "yes")
+					}
 					req.Header.Set("X-Sent", strconv.FormatInt(time.Now().UnixNano(), 10))
 					resp, err := client.Do(req)
 					if err != nil {
