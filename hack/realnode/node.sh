@@ -386,7 +386,9 @@ apiserver_start() {
   local p="$D/pki"
   if running kube-apiserver; then return 0; fi
   # --enable-aggregator-routing: the API server calls webhooks at their endpoints' pod IPs,
-  # since without kube-proxy a Service's cluster IP leads nowhere.
+  # since without kube-proxy a Service's cluster IP leads nowhere. InternalIP: it reaches the
+  # kubelet (logs, exec) at the node's address; by default it tries the node's hostname first,
+  # a DNS query to the machine's resolver.
   start kube-apiserver "$bin/kube-apiserver" \
     --etcd-servers http://127.0.0.1:2379 \
     --bind-address "$HOST_IP" --advertise-address "$HOST_IP" --secure-port 6443 \
@@ -398,6 +400,7 @@ apiserver_start() {
     --service-cluster-ip-range "$SERVICE_CIDR" \
     --authorization-mode Node,RBAC \
     --enable-aggregator-routing=true \
+    --kubelet-preferred-address-types InternalIP \
     --profiling=false
   wait_for kube-apiserver 90 kubectl get --raw /readyz
 }
