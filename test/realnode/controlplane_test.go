@@ -408,7 +408,7 @@ func controlPlaneDown(ctx context.Context, pods []corev1.Pod, podIPs []string) {
 				fresh = append(fresh, p)
 			}
 		}
-		g.Expect(fresh).To(HaveLen(1))
+		g.Expect(fresh).To(HaveLen(1), "no new pod of web: was its creation refused (the webhook failing closed)?")
 		bare = fresh[0]
 		g.Expect(podReady(&bare)).To(BeTrue(), "pod %s not ready", bare.Name)
 	}, 3*time.Minute).Should(Succeed())
