@@ -466,7 +466,7 @@ func controlPlaneDown(ctx context.Context, pods []corev1.Pod, podIPs []string) {
 	controlPlaneReport(
 		fmt.Sprintf("- kube-apiserver stopped for %s, the manager (%d replicas scaled to 0) from before it stopped until %s after it was back: "+
 			"%d requests to the two sidecars, %d admitted, %d denied, none failed; each pod alone admitted exactly the limit (%d of %d) in every round decided in Redis "+
-				"(%d rounds, before and during the outage, had a Redis call time out on the loaded machine and were sent again)",
+			"(%d rounds, before and during the outage, had a Redis call time out on the loaded machine and were sent again)",
 			secs(upAgain.Sub(down)), managers, secs(back.Sub(upAgain)), outage[200]+outage[429], outage[200], outage[429], limit, limit+3, noisy),
 		fmt.Sprintf("- a broken policies.json swapped into a pod's volume: reload failure counted, generation %.0f kept, enforcement unchanged; "+
 			"the volumes stayed byte-identical through 25 s of kubelet pod syncs (syncFrequency 10s) without an API server",
