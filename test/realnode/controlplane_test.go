@@ -468,7 +468,7 @@ func controlPlaneDown(ctx context.Context, pods []corev1.Pod, podIPs []string) {
 			"%d requests to the two sidecars, %d admitted, %d denied, none failed; each pod alone admitted exactly the limit (%d of %d) in every round decided in Redis "+
 			"(%d rounds, before and during the outage, had a Redis call time out on the loaded machine and were sent again)",
 			secs(upAgain.Sub(down)), managers, secs(back.Sub(upAgain)), outage[200]+outage[429], outage[200], outage[429], limit, limit+3, noisy),
-		fmt.Sprintf("- a broken policies.json swapped into a pod's volume: reload failure counted, generation %.0f kept, enforcement unchanged; "+
+		fmt.Sprintf("- a broken policies.json swapped into a pod's volume by the test (a new ..data, as kubelet's atomic writer does): reload failure counted, generation %.0f kept, enforcement unchanged; "+
 			"the volumes stayed byte-identical through 25 s of kubelet pod syncs (syncFrequency 10s) without an API server",
 			before[0].Generation),
 		fmt.Sprintf("- a sidecar killed (SIGKILL) during the outage: kubelet restarted it and it served the last good file (generation 1, 1 policy) %s after the kill",
