@@ -7,13 +7,16 @@
 # Then the fault matrix of issue 15 (sidecar/faults_test.go: Sentinel failover, Redis Cluster
 # failover, slow Redis, key flood), whose tests write their figures into the same report; the
 # key flood sends FLOOD_KEYS distinct keys (1,000,000) with --local-max-keys FLOOD_MAX_KEYS.
+# Its control-plane-down case needs a kubelet, so it is the real-node suite's spec (one
+# `hack/realnode/test.sh` run focused on it, a few minutes, root only); with CHAOS_REALNODE=0,
+# or where no node can run, the report keeps that section of its previous version.
 #
 # Loopback only; about a minute for the outage table, two for the fault matrix, and the key
 # flood at a few thousand keys per second (about ten minutes for a million on 2 loaded cores).
 # Everything started is stopped on exit (the driver and the tests take their children down).
 #
 # Usage: bench/chaos.sh  (CHAOS_RATE=800 CHAOS_PHASE=10s FLOOD_KEYS=1000000 FLOOD_MAX_KEYS=100000
-#                         OUT=bench/out REPORT=bench/chaos.md)
+#                         CHAOS_REALNODE=1 OUT=bench/out REPORT=bench/chaos.md)
 set -euo pipefail
 
 CHAOS_RATE=${CHAOS_RATE:-800}
@@ -22,6 +25,7 @@ OUT=${OUT:-bench/out}
 REPORT=${REPORT:-bench/chaos.md}
 FLOOD_KEYS=${FLOOD_KEYS:-1000000}
 FLOOD_MAX_KEYS=${FLOOD_MAX_KEYS:-100000}
+CHAOS_REALNODE=${CHAOS_REALNODE:-1}
 
 cd "$(dirname "$0")/.."
 for bin in go redis-server; do
@@ -58,6 +62,26 @@ SLUICE_FAULTS_REPORT="$WORK/faults.md" SLUICE_FLOOD_KEYS=$FLOOD_KEYS SLUICE_FLOO
   exit 1
 }
 
+CP_TITLE="### Control plane down (test/realnode)"
+CP_CMD="SLUICE_CONTROLPLANE_REPORT=FILE hack/realnode/test.sh -ginkgo.focus='control plane down'"
+CP_NOTE=""
+if [ "$CHAOS_REALNODE" = 1 ]; then
+  LOAD_AT_CP=$(cut -d' ' -f1-3 /proc/loadavg)
+  SLUICE_CONTROLPLANE_REPORT="$WORK/controlplane.md" hack/realnode/test.sh -ginkgo.focus='control plane down' \
+    > "$OUT/chaos/controlplane.log" 2>&1 || {
+    echo "control-plane-down case failed; see $OUT/chaos/controlplane.log" >&2
+    tail -50 "$OUT/chaos/controlplane.log" >&2
+    exit 1
+  }
+  [ -s "$WORK/controlplane.md" ] || CP_NOTE="not rerun: $(grep -m1 '^SKIP' "$OUT/chaos/controlplane.log" || echo 'no figures written')"
+else
+  CP_NOTE="not rerun (CHAOS_REALNODE=0)"
+fi
+if [ -n "$CP_NOTE" ] && [ -f "$REPORT" ]; then
+  # The section of the previous report, from its title to the next section or the closing line.
+  awk -v t="$CP_TITLE" '$0 == t {on = 1; next} on && (/^### / || /^Raw logs/) {exit} on && !/^\(not rerun/' "$REPORT" > "$WORK/controlplane.prev"
+fi
+
 {
   echo "# Redis outage under load: two sidecars, one shared limit, failure mode Local"
   echo
@@ -84,6 +108,21 @@ SLUICE_FAULTS_REPORT="$WORK/faults.md" SLUICE_FLOOD_KEYS=$FLOOD_KEYS SLUICE_FLOO
   echo "times are measured from the fault to the sidecar's breaker transitions (its log) and to its last local decision (sluice_fallback_decisions_total, sampled every 20 ms)."
   echo
   cat "$WORK/faults.md"
+  echo "$CP_TITLE"
+  echo
+  if [ -z "$CP_NOTE" ]; then
+    echo "Command: \`$CP_CMD\` (the same spec runs in \`make test-realnode\`), as root; load average at its start $LOAD_AT_CP."
+    echo "A real single-node cluster (hack/realnode/node.sh): two injected pods of the Deployment web under the policy shop (TokenBucket, failure mode Local), the node's redis-server up;"
+    echo "the manager is scaled to 0 and kube-apiserver stopped (etcd, the controllers, kubelet and the pods keep running), then the API server is started, a pod created, and the manager scaled back."
+    echo
+    cat "$WORK/controlplane.md"
+  elif [ -s "$WORK/controlplane.prev" ]; then
+    echo "($CP_NOTE; the figures below are from the previous report.)"
+    cat "$WORK/controlplane.prev"
+  else
+    echo "($CP_NOTE; no figures yet: run \`$CP_CMD\`.)"
+  fi
+  echo
   echo "Raw logs of the last run: bench/out/chaos/ (not committed)."
 } > "$REPORT"
 cat "$REPORT"

@@ -9,6 +9,7 @@
 #   node.sh up            start the node, import the images, install Sluice (config/local-node)
 #   node.sh down          stop and remove everything `up` made (safe to run at any time)
 #   node.sh redis stop|start
+#   node.sh apiserver stop|start   stop kube-apiserver (etcd, controllers, kubelet and pods keep running), start it again
 #   node.sh env           print the variables the Go test reads
 #
 # Network: everything lives in 198.18.0.0/15 (RFC 2544's benchmarking range, used by no real
@@ -378,16 +379,16 @@ EOF
   done
 }
 
-control_plane_up() {
+# apiserver_start starts kube-apiserver on the node's etcd and waits until it is ready; a no-op
+# when it runs. `up` and `apiserver start` (after `apiserver stop`, the control-plane-down case
+# of the fault matrix) share it, so the restarted one is the same.
+apiserver_start() {
   local p="$D/pki"
-  start etcd "$bin/etcd" --name realnode --data-dir "$D/etcd" \
-    --listen-client-urls http://127.0.0.1:2379 --advertise-client-urls http://127.0.0.1:2379 \
-    --listen-peer-urls http://127.0.0.1:2380 --initial-advertise-peer-urls http://127.0.0.1:2380 \
-    --initial-cluster realnode=http://127.0.0.1:2380 --unsafe-no-fsync --log-level warn
-  wait_for etcd 30 curl -sf http://127.0.0.1:2379/health
-
+  if running kube-apiserver; then return 0; fi
   # --enable-aggregator-routing: the API server calls webhooks at their endpoints' pod IPs,
-  # since without kube-proxy a Service's cluster IP leads nowhere.
+  # since without kube-proxy a Service's cluster IP leads nowhere. InternalIP: it reaches the
+  # kubelet (logs, exec) at the node's address; by default it tries the node's hostname first,
+  # a DNS query to the machine's resolver.
   start kube-apiserver "$bin/kube-apiserver" \
     --etcd-servers http://127.0.0.1:2379 \
     --bind-address "$HOST_IP" --advertise-address "$HOST_IP" --secure-port 6443 \
@@ -399,8 +400,20 @@ control_plane_up() {
     --service-cluster-ip-range "$SERVICE_CIDR" \
     --authorization-mode Node,RBAC \
     --enable-aggregator-routing=true \
+    --kubelet-preferred-address-types InternalIP \
     --profiling=false
   wait_for kube-apiserver 90 kubectl get --raw /readyz
+}
+
+control_plane_up() {
+  local p="$D/pki"
+  start etcd "$bin/etcd" --name realnode --data-dir "$D/etcd" \
+    --listen-client-urls http://127.0.0.1:2379 --advertise-client-urls http://127.0.0.1:2379 \
+    --listen-peer-urls http://127.0.0.1:2380 --initial-advertise-peer-urls http://127.0.0.1:2380 \
+    --initial-cluster realnode=http://127.0.0.1:2380 --unsafe-no-fsync --log-level warn
+  wait_for etcd 30 curl -sf http://127.0.0.1:2379/health
+
+  apiserver_start
 
   start kube-controller-manager "$bin/kube-controller-manager" \
     --kubeconfig "$p/controller-manager.kubeconfig" \
@@ -650,6 +663,13 @@ redis)
   *) die "usage: $0 redis stop|start" ;;
   esac
   ;;
+apiserver)
+  case ${2:-} in
+  stop) stop kube-apiserver 30 ;;
+  start) apiserver_start ;;
+  *) die "usage: $0 apiserver stop|start" ;;
+  esac
+  ;;
 env)
   echo "SLUICE_REALNODE_KUBECONFIG=$D/pki/admin.kubeconfig"
   echo "SLUICE_REALNODE_KUBECTL=$bin/kubectl"
@@ -658,7 +678,7 @@ env)
   echo "SLUICE_REALNODE_HOST_IP=$HOST_IP"
   ;;
 *)
-  sed -n '2,12p' "$0" | sed 's/^# \{0,1\}//' >&2
+  sed -n '2,13p' "$0" | sed 's/^# \{0,1\}//' >&2
   exit 64
   ;;
 esac

@@ -3,6 +3,9 @@
 # runs the Go test in test/realnode against it and takes everything down again, on success,
 # failure or interrupt, then checks that nothing of the node is left on the machine.
 #
+# Arguments go to `go test` after the suite's own, e.g. one case of the suite:
+#   hack/realnode/test.sh -ginkgo.focus='control plane'
+#
 # Where this machine cannot run a node it prints one SKIP line saying what is missing and exits
 # 0; with CI=true it fails instead, so that CI cannot pass without running the test.
 set -euo pipefail
@@ -63,5 +66,5 @@ set -a
 eval "$("$node" env)"
 set +a
 cd "$root"
-go test -tags realnode -count=1 -timeout 15m -v ./test/realnode/ -ginkgo.v
+go test -tags realnode -count=1 -timeout 15m -v ./test/realnode/ -ginkgo.v "$@"
 phase test $t

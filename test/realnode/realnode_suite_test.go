@@ -5,7 +5,8 @@
 // native sidecar starts before the application under its restrictive securityContext and
 // passes its probes, reads the policies and labels kubelet mounts, follows a policy edit
 // through kubelet's ConfigMap update, and shares limits through Redis, or splits them while
-// Redis is away.
+// Redis is away; with kube-apiserver and the manager stopped it keeps enforcing from the file
+// kubelet keeps, and the pods created meanwhile are reported uninjected once the manager is back.
 package realnode
 
 import (
@@ -16,7 +17,9 @@ import (
 	. "github.com/onsi/ginkgo/v2"
 	. "github.com/onsi/gomega"
 	appsv1 "k8s.io/api/apps/v1"
+	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
+	eventsv1 "k8s.io/api/events/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/tools/clientcmd"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -50,6 +53,8 @@ var _ = BeforeSuite(func() {
 	scheme := runtime.NewScheme()
 	Expect(corev1.AddToScheme(scheme)).To(Succeed())
 	Expect(appsv1.AddToScheme(scheme)).To(Succeed())
+	Expect(coordinationv1.AddToScheme(scheme)).To(Succeed())
+	Expect(eventsv1.AddToScheme(scheme)).To(Succeed())
 	Expect(v1alpha1.AddToScheme(scheme)).To(Succeed())
 	k8s, err = client.New(cfg, client.Options{Scheme: scheme})
 	Expect(err).NotTo(HaveOccurred())

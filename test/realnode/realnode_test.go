@@ -327,4 +327,10 @@ var _ = Describe("Sluice on a real node", Ordered, func() {
 		}
 		Expect(tally(podIPs, 12, newClient())).To(Equal(map[int]int{200: 9, 429: 3}))
 	})
+
+	// The control-plane-down case of issue 15's fault matrix (controlplane_test.go). Last: it
+	// stops and restarts kube-apiserver and the manager, scales web up and back down.
+	It("keeps enforcing the last good file with the control plane down, and reports the pods created meanwhile as uninjected", func(ctx context.Context) {
+		controlPlaneDown(ctx, pods, podIPs)
+	})
 })
