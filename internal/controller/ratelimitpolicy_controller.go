@@ -337,11 +337,13 @@ func equalStatus(a, b v1alpha1.RateLimitPolicyStatus) bool {
 type podSet []corev1.Pod
 
 // Ready returns the names of the ready pods sel matches, sorted: each pod's rank, from which
-// it computes its local shares. Never nil, so that the document says the pods are named.
+// it computes its local shares. Never nil, so that the document says the pods are named. A
+// pod that asks for the sidecar but runs without it (uninjectedPod) enforces nothing, so it
+// holds no share: the shares of the pods that do enforce still sum to the limit.
 func (s podSet) Ready(sel labels.Selector) ([]string, int32) {
 	names := []string{}
 	for i := range s {
-		if isReady(&s[i]) && sel.Matches(labels.Set(s[i].Labels)) {
+		if isReady(&s[i]) && !uninjectedPod(&s[i]) && sel.Matches(labels.Set(s[i].Labels)) {
 			names = append(names, s[i].Name)
 		}
 	}
@@ -349,13 +351,13 @@ func (s podSet) Ready(sel labels.Selector) ([]string, int32) {
 	return names, int32(len(names))
 }
 
-// Fingerprint summarises what Ready and Shared answer from: each pod's name, labels, readiness
-// and deletion, in the order the list gave them.
+// Fingerprint summarises what Ready and Shared answer from: each pod's name, labels, readiness,
+// deletion and whether it is uninjected, in the order the list gave them.
 func (s podSet) Fingerprint() string {
 	var b strings.Builder
 	for i := range s {
 		p := &s[i]
-		fmt.Fprintf(&b, "%s\x00%t\x00%t\x00", p.Name, isReady(p), p.DeletionTimestamp.IsZero())
+		fmt.Fprintf(&b, "%s\x00%t\x00%t\x00%t\x00", p.Name, isReady(p), p.DeletionTimestamp.IsZero(), uninjectedPod(p))
 		for _, k := range slices.Sorted(maps.Keys(p.Labels)) {
 			fmt.Fprintf(&b, "%s=%s\x00", k, p.Labels[k])
 		}

@@ -99,4 +99,24 @@ var _ = Describe("Pods that ask for the sidecar but run without it", func() {
 			g.Expect(p.Status.UninjectedPods).To(BeZero())
 		}).Should(Succeed())
 	})
+
+	It("hold no share of the limits: the shares go to the pods that enforce them", func(ctx context.Context) {
+		Expect(k8sClient.Create(ctx, newPolicy(ns, "web"))).To(Succeed())
+		injected := annotated(newPod(ns, "injected", map[string]string{"app": "web"}))
+		injected.Spec.InitContainers = []corev1.Container{{Name: inject.ContainerName, Image: "example.invalid/sidecar:1",
+			RestartPolicy: ptr.To(corev1.ContainerRestartPolicyAlways)}}
+		bare := annotated(newPod(ns, "bare", map[string]string{"app": "web"}))
+		for _, pod := range []*corev1.Pod{injected, bare} {
+			Expect(k8sClient.Create(ctx, pod)).To(Succeed())
+			setReady(ctx, pod, true)
+		}
+		Eventually(func(g Gomega) {
+			p, _, _ := status(g, ctx, ns, "web")
+			g.Expect(p.Status.UninjectedPods).To(BeEquivalentTo(1))
+			_, doc := rendered(g, ctx, ns)
+			g.Expect(doc.Policies).To(HaveLen(1))
+			g.Expect(doc.Policies[0].Pods).To(Equal([]string{"injected"}))
+			g.Expect(doc.Policies[0].Replicas).To(BeEquivalentTo(1))
+		}).Should(Succeed())
+	})
 })
