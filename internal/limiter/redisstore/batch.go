@@ -3,7 +3,6 @@ package redisstore
 import (
 	"context"
 	"errors"
-	"fmt"
 	"net"
 	"strings"
 	"sync"
@@ -74,10 +73,8 @@ type call struct {
 	ctx    context.Context // the caller's, with the budget
 	nowArg string          // the request script's ARGV[1]
 	keys   []string        // the group's Redis keys, each once
-	// args is the group's ARGV: its count (negative for a Take, see request.lua), then
-	// takeArgs per take, whose first names a key of keys by its index from 1.
-	args  []any
-	takes int
+	// takes are the group's takes (see request.go), naming keys by index.
+	takes []scriptTake
 
 	// Set by the batcher before it closes done: requestFields integers per take.
 	vals []int64
@@ -208,7 +205,7 @@ func (b *batcher) close() {
 // While at most directMax calls are in do and a wire token is free, a call makes its own round
 // trip (on a pooled connection, as an unbatched Store does); otherwise it queues for the next
 // pipeline.
-func (b *batcher) do(ctx context.Context, nowArg string, keys []string, args []any, takes int) ([]int64, error) {
+func (b *batcher) do(ctx context.Context, nowArg string, keys []string, takes []scriptTake) ([]int64, error) {
 	defer b.active.Add(-1)
 	if b.active.Add(1) <= directMax && len(b.queue) == 0 && b.acquire(true, nil) {
 		defer b.release()
@@ -218,11 +215,11 @@ func (b *batcher) do(ctx context.Context, nowArg string, keys []string, args []a
 		default:
 		}
 		if b.cluster {
-			return runPiped(ctx, b.client, nowArg, b.minTTL, keys, args, takes)
+			return runPiped(ctx, b.client, nowArg, b.minTTL, keys, takes)
 		}
-		return runDirect(ctx, b.client, nowArg, b.minTTL, keys, args, takes)
+		return runDirect(ctx, b.client, nowArg, b.minTTL, keys, takes)
 	}
-	c := &call{ctx: ctx, nowArg: nowArg, keys: keys, args: args, takes: takes, done: make(chan struct{})}
+	c := &call{ctx: ctx, nowArg: nowArg, keys: keys, takes: takes, done: make(chan struct{})}
 	select {
 	case b.queue <- c:
 	case <-ctx.Done():
@@ -348,8 +345,8 @@ func (b *batcher) send(batch []*call) {
 type merged struct {
 	calls []*call
 	keys  []string
-	args  []any
-	// index maps keys to their index from 1; slot is the keys' hash tag (cluster only).
+	scriptCall
+	// index maps keys to their index from 0; slot is the keys' hash tag (cluster only).
 	index map[string]int
 	slot  string
 }
@@ -367,25 +364,21 @@ func (b *batcher) coalesce(calls []*call) []*merged {
 			slot = hashTag(c.keys[0])
 		}
 		m := open[slot]
-		if m == nil || m.args[0] != c.nowArg || len(m.calls) == maxGroups || len(m.keys)+len(c.keys) > maxKeys {
-			m = &merged{index: make(map[string]int, len(c.keys)), slot: slot}
-			m.args = append(make([]any, 0, 2+len(c.args)), c.nowArg, b.minTTL)
+		if m == nil || m.nowArg != c.nowArg || len(m.calls) == maxGroups || len(m.keys)+len(c.keys) > maxKeys {
+			m = &merged{index: make(map[string]int, len(c.keys)), slot: slot, scriptCall: scriptCall{nowArg: c.nowArg}}
 			open[slot] = m
 			out = append(out, m)
 		}
 		m.calls = append(m.calls, c)
-		m.args = append(m.args, c.args[0])
-		local := c.args[1:]
-		for j := 0; j < len(local); j += takeArgs {
-			k := c.keys[local[j].(int)-1]
+		for j := range c.takes {
+			k := c.keys[c.takes[j].key]
 			idx, ok := m.index[k]
 			if !ok {
-				m.keys = append(m.keys, k)
 				idx = len(m.keys)
+				m.keys = append(m.keys, k)
 				m.index[k] = idx
 			}
-			m.args = append(m.args, idx)
-			m.args = append(m.args, local[j+1:j+takeArgs]...)
+			m.add(idx, &c.takes[j])
 		}
 	}
 	b.scripts.Add(int64(len(out)))
@@ -402,21 +395,22 @@ func (b *batcher) coalesce(calls []*call) []*merged {
 
 // finish hands each call its part of the script's reply.
 func (m *merged) finish(vals []int64, err error) {
-	want := 1
-	for _, c := range m.calls {
-		want += requestFields * c.takes
+	parts := make([][]int64, len(m.calls))
+	for i, c := range m.calls {
+		if err != nil {
+			break
+		}
+		parts[i], vals, err = decodeReplies(vals, len(c.takes))
 	}
-	if err == nil && len(vals) != want {
-		err = fmt.Errorf("request script returned %d values for %d groups, want %d", len(vals), len(m.calls), want)
+	if err == nil && len(vals) != 0 {
+		err = errReply
 	}
-	for _, c := range m.calls {
+	for i, c := range m.calls {
 		if err != nil {
 			c.finish(nil, err)
-			continue
+		} else {
+			c.finish(parts[i], nil)
 		}
-		n := requestFields * c.takes
-		c.finish(vals[:n:n], nil)
-		vals = vals[n:]
 	}
 }
 
@@ -427,9 +421,9 @@ func (b *batcher) exec(ctx context.Context, scripts []*merged, src bool) []*redi
 	cmds := make([]*redis.Cmd, len(scripts))
 	for i, m := range scripts {
 		if src {
-			cmds[i] = pipe.Eval(ctx, requestScript.src, m.keys, m.args...)
+			cmds[i] = pipe.Eval(ctx, requestScript.src, m.keys, m.argv(b.minTTL)...)
 		} else {
-			cmds[i] = pipe.EvalSha(ctx, requestScript.Hash(), m.keys, m.args...)
+			cmds[i] = pipe.EvalSha(ctx, requestScript.Hash(), m.keys, m.argv(b.minTTL)...)
 		}
 	}
 	_, _ = pipe.Exec(ctx)
@@ -559,17 +553,8 @@ func (h preloadHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.P
 // runPiped is runDirect for a cluster client: a pipeline of one script call, because go-redis
 // routes a lone command through its command table (COMMAND, asked of a random node, on a
 // connection left open there), and a pipeline by slot alone. NOSCRIPT is answered with EVAL.
-func runPiped(ctx context.Context, client redis.UniversalClient, nowArg string, minTTL int64, keys []string, args []any, takes int) ([]int64, error) {
-	argv := make([]any, 0, 2+len(args))
-	argv = append(append(argv, nowArg, minTTL), args...)
-	vals, err := evalPiped(ctx, client, requestScript, keys, argv...).Int64Slice()
-	if err == nil && len(vals) != requestFields*takes+1 {
-		err = fmt.Errorf("request script returned %d values for %d takes, want %d", len(vals), takes, requestFields*takes+1)
-	}
-	if err != nil {
-		return nil, err
-	}
-	return vals[:requestFields*takes], nil
+func runPiped(ctx context.Context, client redis.UniversalClient, nowArg string, minTTL int64, keys []string, takes []scriptTake) ([]int64, error) {
+	return decodeOne(evalPiped(ctx, client, requestScript, keys, oneCall(nowArg, takes).argv(minTTL)...), len(takes))
 }
 
 // evalPiped runs sc as EVALSHA in a pipeline of its own, and as EVAL if the node answers

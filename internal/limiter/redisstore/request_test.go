@@ -341,10 +341,12 @@ func TestRefund(t *testing.T) {
 						t.Fatalf("op %d: memory %+v, redis %+v: both should admit", i, want, got)
 					}
 				case "reserve":
-					args := appendTake([]any{1}, 1, &limiter.Take{Key: key, Limit: tc.lim, N: o.n}, now)
+					take := limiter.Take{Key: key, Limit: tc.lim, N: o.n}
+					st := takeOf(0, &take, now)
+					st.flags |= flagEnd | flagState
 					res := make([]limiter.Result, 1)
 					var err error
-					resAt, resContent, err = rs.runRequest(ctx, strconv.FormatInt(now.UnixMilli(), 10), rk, args, []limiter.Take{{Key: key, Limit: tc.lim, N: o.n}}, res)
+					resAt, resContent, err = rs.runRequest(ctx, strconv.FormatInt(now.UnixMilli(), 10), rk, []scriptTake{st}, []limiter.Take{take}, res)
 					if err != nil || !res[0].Allowed {
 						t.Fatalf("op %d: reservation %+v, %v", i, res[0], err)
 					}
