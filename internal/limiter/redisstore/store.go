@@ -151,7 +151,7 @@ func (s *Store) batcherFor(ctx context.Context, key string) (*batcher, error) {
 	return b, nil
 }
 
-// nowArg is the request script's ARGV[1] for a decision at now: ” (Redis's clock) unless
+// nowArg is the request script's ARGV[1] for a decision at now: empty (Redis's clock) unless
 // Options.ExplicitTime, else now in ms, which must lie between the Unix epoch and
 // limiter.MaxNowMs (else the error wraps limiter.ErrInvalidTime).
 func (s *Store) nowArg(now time.Time) (string, error) {
