@@ -55,9 +55,14 @@ type scriptTake struct {
 // named by their indices into the call's KEYS, from 0.
 type scriptCall struct {
 	nowArg string
+	kinds  int64 // the sum of 2^kind over the kinds of take in the call
 	limits []scriptLimit
 	takes  []any // the takes, encoded
-	n      int   // how many
+	// last is the last take's encoded integer when it is a Take, Charge or Issue that another
+	// equal to it may repeat (see add), else 0; repeat is the index of the repeat count that
+	// follows it in takes, or -1.
+	last   int64
+	repeat int
 }
 
 // add appends take t, naming its key by index key (from 0).
@@ -80,18 +85,32 @@ func (sc *scriptCall) add(key int, t *scriptTake) {
 	default:
 		c = min(c, max(t.lim[1], t.lim[3])+1)
 	}
-	sc.n++
+	sc.kinds |= 1 << (t.flags & 7)
 	if key < packedIndices && l < packedIndices && c >= 0 && c < packedCost {
-		sc.takes = append(sc.takes, t.flags+128*(int64(key)+packedIndices*(int64(l)+packedIndices*c)))
+		v := t.flags + 128*(int64(key)+packedIndices*(int64(l)+packedIndices*c))
+		switch {
+		case sc.last == 0 || v != sc.last:
+			sc.takes = append(sc.takes, v)
+			sc.last, sc.repeat = 0, -1
+			if t.flags&flagAlone != 0 {
+				sc.last = v
+			}
+		case sc.repeat < 0: // a hot key's batch: -r stands for r more takes equal to the last
+			sc.repeat = len(sc.takes)
+			sc.takes = append(sc.takes, int64(-1))
+		default:
+			sc.takes[sc.repeat] = sc.takes[sc.repeat].(int64) - 1
+		}
 		return
 	}
 	sc.takes = append(sc.takes, t.flags|flagBig, key+1, l+1, c)
+	sc.last = 0
 }
 
 // argv is the call's ARGV.
 func (sc *scriptCall) argv(minTTL int64) []any {
-	args := make([]any, 0, 3+5*len(sc.limits)+len(sc.takes))
-	args = append(args, sc.nowArg, minTTL, len(sc.limits))
+	args := make([]any, 0, 4+5*len(sc.limits)+len(sc.takes))
+	args = append(args, sc.nowArg, minTTL, sc.kinds, len(sc.limits))
 	for _, l := range sc.limits {
 		args = append(args, l[0], l[1], l[2], l[3], l[4])
 	}
@@ -106,12 +125,19 @@ var errReply = errors.New("request script returned a reply that does not fit its
 func decodeReplies(vals []int64, n int) (out, rest []int64, err error) {
 	out = make([]int64, requestFields*n)
 	for i := range n {
-		if len(vals) < 2 {
+		if len(vals) < 1 {
 			return nil, nil, errReply
 		}
 		r1, o := vals[0], out[requestFields*i:]
-		o[0], o[1], o[2], o[5] = r1&1, r1>>5, vals[1], r1>>3&3
-		vals = vals[2:]
+		o[0], o[1], o[2], o[5] = r1&1, r1>>6&(1<<27-1), r1>>33, r1>>3&3
+		vals = vals[1:]
+		if r1&32 != 0 {
+			if len(vals) < 1 {
+				return nil, nil, errReply
+			}
+			o[2] = vals[0]
+			vals = vals[1:]
+		}
 		if r1&2 != 0 {
 			if len(vals) < 1 {
 				return nil, nil, errReply
