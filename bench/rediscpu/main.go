@@ -63,7 +63,7 @@ func main() {
 			for i := range nk {
 				_, _ = s.Take(ctx, "k"+strconv.Itoa(i), lim, 1, time.Time{})
 			}
-			cpu0, calls0, reads0 := stats(ctx, client)
+			cpu0, calls0, reads0, _ := stats(ctx, client)
 			var n, fails atomic.Int64
 			stop := time.Now().Add(*duration)
 			var wg sync.WaitGroup
@@ -79,7 +79,7 @@ func main() {
 				})
 			}
 			wg.Wait()
-			cpu1, calls1, reads1 := stats(ctx, client)
+			cpu1, calls1, reads1, _ := stats(ctx, client)
 			_ = s.Close()
 			d := n.Load()
 			fmt.Printf("rediscpu\t%s\t%d\t%d\t%d\t%.2f\t%.2f\t%d\t%.2f\n", *topo, nk, c, d, (cpu1-cpu0)*1e6/float64(d),
@@ -113,8 +113,7 @@ func scriptMode(ctx context.Context, client redis.UniversalClient, lim limiter.L
 			for i := 0; i < nk; i += g { // warm: every key written once
 				_ = request(i)
 			}
-			cpu0, calls0, _ := stats(ctx, client)
-			usec0 := scriptUsec(ctx, client)
+			cpu0, calls0, _, usec0 := stats(ctx, client)
 			var n, fails atomic.Int64
 			stop := time.Now().Add(duration)
 			var wg sync.WaitGroup
@@ -130,8 +129,7 @@ func scriptMode(ctx context.Context, client redis.UniversalClient, lim limiter.L
 				})
 			}
 			wg.Wait()
-			cpu1, calls1, _ := stats(ctx, client)
-			usec1 := scriptUsec(ctx, client)
+			cpu1, calls1, _, usec1 := stats(ctx, client)
 			_ = s.Close()
 			d := n.Load()
 			fmt.Printf("script\t%s\t%d\t%d\t%d\t%.2f\t%.2f\t%d\n", topo, nk, g, d, (cpu1-cpu0)*1e6/float64(d),
@@ -140,41 +138,9 @@ func scriptMode(ctx context.Context, client redis.UniversalClient, lim limiter.L
 	}
 }
 
-// scriptUsec sums the µs Redis spent in EVALSHA and EVAL (INFO commandstats) over the masters.
-func scriptUsec(ctx context.Context, client redis.UniversalClient) int64 {
-	var mu sync.Mutex
-	var usec int64
-	one := func(ctx context.Context, c *redis.Client) error {
-		info, err := c.Info(ctx, "commandstats").Result()
-		if err != nil {
-			return err
-		}
-		mu.Lock()
-		defer mu.Unlock()
-		for _, line := range strings.Split(info, "\r\n") {
-			k, v, _ := strings.Cut(line, ":")
-			if k == "cmdstat_evalsha" || k == "cmdstat_eval" {
-				f := strings.TrimPrefix(strings.Split(v, ",")[1], "usec=")
-				n, _ := strconv.ParseInt(f, 10, 64)
-				usec += n
-			}
-		}
-		return nil
-	}
-	var err error
-	if cc, ok := client.(*redis.ClusterClient); ok {
-		err = cc.ForEachMaster(ctx, one)
-	} else {
-		err = one(ctx, client.(*redis.Client))
-	}
-	if err != nil {
-		log.Fatal(err)
-	}
-	return usec
-}
-
-// stats sums Redis CPU seconds, script calls and reads of client input over the masters.
-func stats(ctx context.Context, client redis.UniversalClient) (cpu float64, calls, reads int64) {
+// stats sums Redis CPU seconds, script calls, reads of client input and µs spent in scripts
+// over the masters.
+func stats(ctx context.Context, client redis.UniversalClient) (cpu float64, calls, reads, usec int64) {
 	var mu sync.Mutex
 	one := func(ctx context.Context, c *redis.Client) error {
 		info, err := c.Info(ctx, "cpu", "commandstats", "stats").Result()
@@ -194,9 +160,11 @@ func stats(ctx context.Context, client redis.UniversalClient) (cpu float64, call
 				reads += n
 			case "cmdstat_evalsha", "cmdstat_eval":
 				// calls=N,usec=...
-				f := strings.TrimPrefix(strings.Split(v, ",")[0], "calls=")
-				n, _ := strconv.ParseInt(f, 10, 64)
+				f := strings.Split(v, ",")
+				n, _ := strconv.ParseInt(strings.TrimPrefix(f[0], "calls="), 10, 64)
+				u, _ := strconv.ParseInt(strings.TrimPrefix(f[1], "usec="), 10, 64)
 				calls += n
+				usec += u
 			}
 		}
 		return nil
@@ -210,5 +178,5 @@ func stats(ctx context.Context, client redis.UniversalClient) (cpu float64, call
 	if err != nil {
 		log.Fatal(err)
 	}
-	return cpu, calls, reads
+	return cpu, calls, reads, usec
 }
