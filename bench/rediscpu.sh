@@ -101,7 +101,7 @@ piped() { # name args...: req/s and Redis CPU per call at -P 32 -c 50
   local name=$1; shift
   local c0 c1 rps
   c0=$(cpu "$P")
-  rps=$(redis-benchmark -h 127.0.0.1 -p "$P" -c 50 -P 32 -n "$N" -r 10000 -q "$@" | tr '\r' '\n' | awk '/requests per second/ {v = $(NF-4)} END {print v}')
+  rps=$(redis-benchmark -h 127.0.0.1 -p "$P" -c 50 -P 32 -n "$N" -r 10000 -q "$@" | tr '\r' '\n' | sed -n 's/.*: \([0-9.]*\) requests per second.*/\1/p' | tail -1)
   c1=$(cpu "$P")
   printf 'piped\t%s\t%s\t%s\n' "$name" "$rps" "$(python3 -c "print(f'{($c1-$c0)*1e6/$N:.2f}')")" >> "$TSV"
 }

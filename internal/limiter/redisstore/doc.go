@@ -8,6 +8,13 @@
 // Redis (TIME, once per script call), so every client shares one clock however far apart their
 // own clocks are.
 //
+// What a decision costs Redis is mostly per script call (the call itself, TIME, a GET and a SET
+// per key), so the script keeps the per-take part small: a take travels as one integer (its
+// key, limit, cost and flags packed; each limit once per call), a run of equal Takes of a hot
+// key as one integer and a count, a decision comes back as one integer in the common case
+// (allowed, reason, remaining and resetAfter packed), and a call defines only the transitions
+// of the algorithms it uses (see lua/request.lua; bench/rediscpu.sh measures it).
+//
 // Concurrent decisions share round trips and script calls: the Store's batcher coalesces the
 // Takes and TakeRequests waiting at that moment into as few calls of the script as it can,
 // each a group decided in arrival order at one instant, exactly as MemoryStore would decide that
@@ -59,6 +66,11 @@
 // one-minute window (key name and Redis's per-key overhead included; TestMemoryPerKey logs it):
 // 88 bytes for each string layout; 184 bytes for a log with one entry, plus about 12 bytes per
 // further entry (a full log of 10,000 entries is about 119 KiB).
+//
+// The second round of issue 13 (the compact arguments and replies above) left the state
+// layout, and so the schema, as it was: only what a call sends and returns changed, which is
+// never stored, so Stores of both versions (two script digests) share one key's state during a
+// rollout.
 //
 // Schema 1 (until issue 13) named keys <prefix>:{<hex of 128 bits of SHA-256(k)>}:<alg>1:<W>
 // and kept the buckets in decimal ("<tokens> <instant>"): 120 to 136 bytes per limiter. Its

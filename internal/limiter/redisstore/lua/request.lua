@@ -66,9 +66,9 @@ end
 local minTTL = tonumber(ARGV[2])
 local kinds = tonumber(ARGV[3])
 
--- The limits: q = {alg, L, W, cap, M, full}, full = cap*W for the buckets (<= 8.64e15), and
--- the algorithms they use.
-local limits, uses = {}, {}
+-- The limits: q = {alg, L, W, cap, M, full}, full = cap*W for the buckets (<= 8.64e15); and
+-- transition[alg] set (to true, then to its function below) for the algorithms they use.
+local limits, transition = {}, {}
 local nl = tonumber(ARGV[4])
 for j = 1, nl do
   local b = 5 * j - 1
@@ -76,12 +76,12 @@ for j = 1, nl do
   local full = 0
   if alg >= 4 and alg <= 6 then full = cap * W end
   limits[j] = {alg, tonumber(ARGV[b + 2]), W, cap, tonumber(ARGV[b + 5]), full}
-  uses[alg] = true
+  transition[alg] = true
 end
 
 -- transition[alg](q, c, s1, s2, s3, key) decides a take of cost c on a state, returning
 -- allowed, remaining, resetAfter, retryAfter, delay, reason, at, content and the new state.
-local transition = {}
+local uses = transition
 local windowTake, rollFixed, rollCalendar, refill, lateCharge, lease
 local loadLog, newestT, saveLog
 
@@ -451,10 +451,12 @@ if floor(kinds / 32) % 2 == 1 then
   end
 end
 
--- keys[k] is KEYS[k] as the takes so far left it, loaded at its first take: {alg, W, raw (the
--- string state read, false for none), s1, s2, s3 (the state), reset (of its last take),
--- dirty}, and what a request that touched it may have to restore (bg, the group; b1, b2, b3,
--- breset, bdirty). The string states: the windows' are integers in decimal, separated by
+-- keys holds KEYS[k] as the takes so far left it, loaded at its first take, in the 6 slots
+-- from b = 6*(k-1): b+1 its limit q (nil until loaded), b+2, b+3, b+4 the state s1, s2, s3
+-- (false for none), b+5 raw (the string state read, false for none), b+6 reset (of its last
+-- take, false while it has none to write); and saved, in the same slots, what a request
+-- that touched it may have to restore: b+1 the request's number, b+2 .. b+6 the state, raw
+-- and reset before it. One table for every key, not one per key. The string states: the windows' are integers in decimal, separated by
 -- spaces ("%d" formats integers below 2^53 exactly): fw "<window> <count>", swc "<window>
 -- <prev> <curr>", calendar "<start> <end> <count>", the shortest for their usually small
 -- numbers. The buckets' (tb <tokens, last>, lbm and lbq <level, last>) are packBucket's 12
@@ -463,8 +465,8 @@ local keys = {}
 
 local out, n = {}, 0
 -- The request group being decided (its number, whether it is still admitted) and the keys it
--- touched, to restore if it is not.
-local gid, admit, nt, touched = 1, true, 0, {}
+-- touched (their slot bases), to restore if it is not.
+local gid, admit, nt, touched, saved = 1, true, 0, nil, nil
 local i, nargv = 5 + 5 * nl, #ARGV
 local v = ARGV[i] and tonumber(ARGV[i])
 while v do
@@ -491,36 +493,42 @@ while v do
     v = i <= nargv and tonumber(ARGV[i])
   end
 
-  local q, key = limits[l], KEYS[k]
-  local alg, e = q[1], keys[k]
-  if not e then
-    e = {alg = alg, W = q[3], reset = 0, dirty = false, bg = 0}
+  local q, key, b = limits[l], KEYS[k], 6 * k - 6
+  local alg = q[1]
+  local s1, s2, s3 = false, false, false
+  if keys[b + 1] then
+    s1, s2, s3 = keys[b + 2], keys[b + 3], keys[b + 4]
+  else
+    local raw = false
     if alg == 2 then
-      e.s1 = loadLog(key, q[3])
+      s1 = loadLog(key, q[3])
     else
-      local raw = call('GET', key)
-      e.raw = raw
+      raw = call('GET', key)
       if not raw then -- absent
       elseif alg >= 4 and alg <= 6 then
-        e.s1, e.s2 = unpackBucket(raw)
+        s1, s2 = unpackBucket(raw)
       elseif alg == 1 then
-        local a, b = string.match(raw, '^(%d+) (%d+)$')
-        e.s1, e.s2 = tonumber(a), tonumber(b)
+        local x, y = string.match(raw, '^(%d+) (%d+)$')
+        s1, s2 = tonumber(x), tonumber(y)
       else
-        local a, b, d = string.match(raw, '^(%d+) (%d+) (%d+)$')
-        e.s1, e.s2, e.s3 = tonumber(a), tonumber(b), tonumber(d)
+        local x, y, z = string.match(raw, '^(%d+) (%d+) (%d+)$')
+        s1, s2, s3 = tonumber(x), tonumber(y), tonumber(z)
       end
     end
-    keys[k] = e
+    keys[b + 1], keys[b + 2], keys[b + 3], keys[b + 4], keys[b + 5], keys[b + 6] = q, s1, s2, s3, raw, false
   end
   local kind, alone, st = f % 8, f >= 32, f % 16 >= 8
-  if not alone and e.bg ~= gid then
-    e.bg, e.b1, e.b2, e.b3, e.breset, e.bdirty = gid, e.s1, e.s2, e.s3, e.reset, e.dirty
-    nt = nt + 1
-    touched[nt] = e
+  if not alone then
+    saved = saved or {}
+    if saved[b + 1] ~= gid then
+      saved[b + 1], saved[b + 2], saved[b + 3], saved[b + 4], saved[b + 5], saved[b + 6] = gid, s1, s2, s3, keys[b + 5], keys[b + 6]
+      touched = touched or {}
+      nt = nt + 1
+      touched[nt] = b
+    end
   end
 
-  local decide, s1, s2, s3 = transition[alg], e.s1, e.s2, e.s3
+  local decide = transition[alg]
   local a, rm, rs, rt, dl, rn, at, ct
   for _ = 1, reps do
     if kind <= 1 then
@@ -556,14 +564,14 @@ while v do
   if kind == 3 or kind == 4 then
     if a == 0 and kind == 3 then admit = false end
   else
-    e.s1, e.s2, e.s3, e.reset, e.dirty = s1, s2, s3, rs, true
+    keys[b + 2], keys[b + 3], keys[b + 4], keys[b + 6] = s1, s2 or false, s3 or false, rs
     if a == 0 and kind == 0 and not alone then admit = false end
   end
   if not alone and f % 32 >= 16 then -- the request's last take
     if not admit then
       for j = 1, nt do
         local t = touched[j]
-        t.s1, t.s2, t.s3, t.reset, t.dirty = t.b1, t.b2, t.b3, t.breset, t.bdirty
+        keys[t + 2], keys[t + 3], keys[t + 4], keys[t + 6] = saved[t + 2], saved[t + 3], saved[t + 4], saved[t + 6]
       end
     end
     gid, admit, nt = gid + 1, true, 0
@@ -579,19 +587,20 @@ end
 --  - With server time an unchanged state is not written again: its TTL, set when it was
 --    written, already ends when it becomes equivalent to an absent key.
 for k = 1, #KEYS do
-  local e = keys[k]
-  if e and e.dirty then
-    local alg, key, raw, reset = e.alg, KEYS[k], e.raw, e.reset
+  local b = 6 * k - 6
+  local q, reset = keys[b + 1], keys[b + 6]
+  if reset then
+    local alg, key, raw, s1 = q[1], KEYS[k], keys[b + 5], keys[b + 2]
     if alg == 2 then
-      saveLog(key, e.s1, e.W)
+      saveLog(key, s1, q[3])
     elseif reset > 0 or (raw and minTTL > 0) then
       local state
       if alg >= 4 and alg <= 6 then
-        state = packBucket(e.s1, e.s2)
+        state = packBucket(s1, keys[b + 3])
       elseif alg == 1 then
-        state = string.format('%d %d', e.s1, e.s2)
+        state = string.format('%d %d', s1, keys[b + 3])
       else
-        state = string.format('%d %d %d', e.s1, e.s2, e.s3)
+        state = string.format('%d %d %d', s1, keys[b + 3], keys[b + 4])
       end
       if minTTL > 0 or state ~= raw then
         call('SET', key, state, 'PX', max(reset, minTTL))
