@@ -125,6 +125,9 @@ stat() { # port: Redis CPU seconds, script calls, reads of client input
     /^total_reads_processed:/ {r = $2}
     END {printf "%.6f %d %d\n", c, n, r}'
 }
+if [ "$SIDECAR" = 1 ] && ! command -v wrk > /dev/null; then
+  echo "no wrk: skipping the sidecar rows (apt-get install -y wrk)" >&2; SIDECAR=0
+fi
 if [ "$SIDECAR" = 1 ]; then
   go build -o "$WORK/sluice-sidecar" ./sidecar
   go build -o "$WORK/upstream" ./cmd/upstream
