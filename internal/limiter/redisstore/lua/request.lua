@@ -63,19 +63,21 @@ if ARGV[1] == '' then
 else
   now = tonumber(ARGV[1])
 end
-local minTTL = tonumber(ARGV[2])
-local kinds = tonumber(ARGV[3])
+-- x + 0 makes a number of a numeric string x, as tonumber does (strtod, exact for integers
+-- below 2^53), without a function call: the arguments are the script's numbers.
+local minTTL = ARGV[2] + 0
+local kinds = ARGV[3] + 0
 
 -- The limits: q = {alg, L, W, cap, M, full}, full = cap*W for the buckets (<= 8.64e15); and
 -- transition[alg] set (to true, then to its function below) for the algorithms they use.
 local limits, transition = {}, {}
-local nl = tonumber(ARGV[4])
+local nl = ARGV[4] + 0
 for j = 1, nl do
   local b = 5 * j - 1
-  local alg, W, cap = tonumber(ARGV[b + 1]), tonumber(ARGV[b + 3]), tonumber(ARGV[b + 4])
+  local alg, W, cap = ARGV[b + 1] + 0, ARGV[b + 3] + 0, ARGV[b + 4] + 0
   local full = 0
   if alg >= 4 and alg <= 6 then full = cap * W end
-  limits[j] = {alg, tonumber(ARGV[b + 2]), W, cap, tonumber(ARGV[b + 5]), full}
+  limits[j] = {alg, ARGV[b + 2] + 0, W, cap, ARGV[b + 5] + 0, full}
   transition[alg] = true
 end
 
@@ -468,13 +470,13 @@ local out, n = {}, 0
 -- touched (their slot bases), to restore if it is not.
 local gid, admit, nt, touched, saved = 1, true, 0, nil, nil
 local i, nargv = 5 + 5 * nl, #ARGV
-local v = ARGV[i] and tonumber(ARGV[i])
+local v = ARGV[i] and ARGV[i] + 0
 while v do
   local f = v % 128
   local k, l, c
   if f >= 64 then
     f = f - 64
-    k, l, c = tonumber(ARGV[i + 1]), tonumber(ARGV[i + 2]), tonumber(ARGV[i + 3])
+    k, l, c = ARGV[i + 1] + 0, ARGV[i + 2] + 0, ARGV[i + 3] + 0
     i = i + 4
   else
     v = (v - f) / 128
@@ -485,12 +487,12 @@ while v do
     k, l = k + 1, l + 1
     i = i + 1
   end
-  v = i <= nargv and tonumber(ARGV[i])
+  v = i <= nargv and ARGV[i] + 0
   local reps = 1
   if v and v < 0 then
     reps = 1 - v
     i = i + 1
-    v = i <= nargv and tonumber(ARGV[i])
+    v = i <= nargv and ARGV[i] + 0
   end
 
   local q, key, b = limits[l], KEYS[k], 6 * k - 6
