@@ -55,7 +55,7 @@ cpu() { # port...: Redis CPU seconds summed
 }
 
 P=$(freeport); start "$P"
-C1=$(freeport); C2=$(freeport); C3=$(freeport)
+C1=$(freeclusterport); C2=$(freeclusterport); C3=$(freeclusterport)
 for p in "$C1" "$C2" "$C3"; do start "$p" cluster; done
 redis-cli --cluster create "127.0.0.1:$C1" "127.0.0.1:$C2" "127.0.0.1:$C3" --cluster-replicas 0 --cluster-yes > "$WORK/create.log"
 for _ in $(seq 100); do

@@ -50,14 +50,16 @@ func TestSidecarKnowsNothingOfTheAPIServer(t *testing.T) {
 	}
 }
 
-// TestSidecarCarriesTimeZones: calendar rules name IANA zones, and the image
-// (distroless/static) is not trusted to hold a time-zone database.
-func TestSidecarCarriesTimeZones(t *testing.T) {
-	out, err := exec.Command("go", "list", "-deps", ".").Output()
-	if err != nil {
-		t.Fatalf("go list -deps: %v", err)
-	}
-	if !strings.Contains(" "+strings.ReplaceAll(string(out), "\n", " "), " time/tzdata ") {
-		t.Fatal("the sidecar binary does not embed time/tzdata")
+// TestBinariesCarryTimeZones: calendar rules name IANA zones, and the images of the sidecar
+// and of the RLS server (distroless/static) are not trusted to hold a time-zone database.
+func TestBinariesCarryTimeZones(t *testing.T) {
+	for _, pkg := range []string{".", "../cmd/ratelimit"} {
+		out, err := exec.Command("go", "list", "-deps", pkg).Output()
+		if err != nil {
+			t.Fatalf("go list -deps %s: %v", pkg, err)
+		}
+		if !strings.Contains(" "+strings.ReplaceAll(string(out), "\n", " "), " time/tzdata ") {
+			t.Errorf("the binary of %s does not embed time/tzdata", pkg)
+		}
 	}
 }

@@ -17,7 +17,6 @@ import (
 	"errors"
 	"flag"
 	"fmt"
-	"log/slog"
 	"net"
 	"net/http"
 	"net/url"
@@ -27,7 +26,6 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/redis/go-redis/v9"
 	"k8s.io/utils/clock"
 
 	"github.com/sluice-dev/sluice/internal/inject"
@@ -53,14 +51,10 @@ func run() error {
 		return err
 	}
 
-	var level slog.Level
-	if err := level.UnmarshalText([]byte(o.LogLevel)); err != nil {
-		return fmt.Errorf("--%s: %w", inject.FlagLogLevel, err)
+	log, err := o.Logger()
+	if err != nil {
+		return err
 	}
-	log := slog.New(slog.NewJSONHandler(os.Stderr, &slog.HandlerOptions{Level: level}))
-	// go-redis logs every failed dial; while Redis is down that is one line per probe. The
-	// breaker's transitions say it once, so its lines go to debug.
-	redis.SetLogger(redisLogger{log})
 
 	target, err := url.Parse(o.Upstream)
 	if err != nil || (target.Scheme != "http" && target.Scheme != "https") || target.Host == "" {
@@ -118,9 +112,9 @@ func run() error {
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
 	defer stop()
 	go func() { _ = loader.Run(ctx) }()
-	go sweep(ctx, clock.RealClock{}, opts.Local.(*limiter.MemoryStore))
-	if opts.Leases != nil {
-		go sweepLeases(ctx, clock.RealClock{}, opts.Leases)
+	go cmdline.SweepLocal(ctx, clock.RealClock{}, opts.Local.(*limiter.MemoryStore))
+	if leases := opts.Leases; leases != nil {
+		go cmdline.Every(ctx, clock.RealClock{}, leaseSweep, func(now time.Time) { leases.Sweep(ctx, now) })
 	}
 
 	var draining atomic.Bool
@@ -192,38 +186,6 @@ func run() error {
 	return nil
 }
 
-func sweep(ctx context.Context, clk clock.WithTicker, m *limiter.MemoryStore) {
-	t := clk.NewTicker(30 * time.Second)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case now := <-t.C():
-			m.Sweep(now)
-		}
-	}
-}
-
 // leaseSweep is how often the sidecar ends expired leases and gives back their unused units:
 // a lease's units return at most this long after it ends (or at its key's next request).
 const leaseSweep = 20 * time.Millisecond
-
-func sweepLeases(ctx context.Context, clk clock.WithTicker, e *lease.Engine) {
-	t := clk.NewTicker(leaseSweep)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case now := <-t.C():
-			e.Sweep(ctx, now)
-		}
-	}
-}
-
-type redisLogger struct{ log *slog.Logger }
-
-func (l redisLogger) Printf(ctx context.Context, format string, v ...any) {
-	l.log.DebugContext(ctx, "go-redis: "+fmt.Sprintf(format, v...))
-}

@@ -11,11 +11,14 @@
 package main
 
 import (
+	// Calendar rules name IANA time zones; the image is distroless/static, so the binary
+	// carries its own copy of the database.
+	_ "time/tzdata"
+
 	"context"
 	"errors"
 	"flag"
 	"fmt"
-	"log/slog"
 	"net"
 	"net/http"
 	"os"
@@ -28,8 +31,8 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/health"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+	"k8s.io/utils/clock"
 
-	"github.com/sluice-dev/sluice/internal/inject"
 	"github.com/sluice-dev/sluice/internal/limiter"
 	"github.com/sluice-dev/sluice/internal/rls"
 	"github.com/sluice-dev/sluice/sidecar/breaker"
@@ -51,11 +54,10 @@ func run() error {
 	if err != nil {
 		return err
 	}
-	var level slog.Level
-	if err := level.UnmarshalText([]byte(o.LogLevel)); err != nil {
-		return fmt.Errorf("--%s: %w", inject.FlagLogLevel, err)
+	log, err := o.Logger()
+	if err != nil {
+		return err
 	}
-	log := slog.New(slog.NewJSONHandler(os.Stderr, &slog.HandlerOptions{Level: level}))
 
 	m := metrics.New()
 	loader := config.NewLoader(o.Config, "", nil, m, log)
@@ -92,18 +94,7 @@ func run() error {
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
 	defer stop()
 	go func() { _ = loader.Run(ctx) }()
-	go func() {
-		t := time.NewTicker(30 * time.Second)
-		defer t.Stop()
-		for {
-			select {
-			case <-ctx.Done():
-				return
-			case now := <-t.C:
-				local.Sweep(now)
-			}
-		}
-	}()
+	go cmdline.SweepLocal(ctx, clock.RealClock{}, local)
 
 	srv := grpc.NewServer()
 	rlsv3.RegisterRateLimitServiceServer(srv, rls.New(rls.Options{Config: loader.Current, Decider: d, Metrics: m}))

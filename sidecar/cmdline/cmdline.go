@@ -96,15 +96,7 @@ func NewRLSFlagSet(o *RLSOptions, h flag.ErrorHandling) *flag.FlagSet {
 // ParseRLS is Parse for the RLS server: its flags, the same SLUICE_ variables.
 func ParseRLS(args []string, h flag.ErrorHandling, lookupEnv func(string) (string, bool)) (*RLSOptions, error) {
 	o := &RLSOptions{}
-	fs := NewRLSFlagSet(o, h)
-	if err := fs.Parse(args); err != nil {
-		return nil, err
-	}
-	if err := envDefaults(fs, lookupEnv); err != nil {
-		return nil, err
-	}
-	o.RedisPassword, _ = lookupEnv(inject.EnvRedisPassword)
-	return o, nil
+	return o, parse(NewRLSFlagSet(o, h), &o.Options, args, lookupEnv)
 }
 
 // Parse parses args with the sidecar's flag set, then sets every flag not given on the
@@ -113,15 +105,19 @@ func ParseRLS(args []string, h flag.ErrorHandling, lookupEnv func(string) (strin
 // the command line wins over its variable.
 func Parse(args []string, h flag.ErrorHandling, lookupEnv func(string) (string, bool)) (*Options, error) {
 	o := &Options{}
-	fs := NewFlagSet(o, h)
+	return o, parse(NewFlagSet(o, h), o, args, lookupEnv)
+}
+
+// parse parses args with fs (which stores into o), then the environment.
+func parse(fs *flag.FlagSet, o *Options, args []string, lookupEnv func(string) (string, bool)) error {
 	if err := fs.Parse(args); err != nil {
-		return nil, err
+		return err
 	}
 	if err := envDefaults(fs, lookupEnv); err != nil {
-		return nil, err
+		return err
 	}
 	o.RedisPassword, _ = lookupEnv(inject.EnvRedisPassword)
-	return o, nil
+	return nil
 }
 
 // envDefaults sets every flag not given on the command line from its environment variable.

@@ -32,8 +32,9 @@ import (
 // client's MaxRetries applies, -1 from NewClientFromURL), so no script runs twice, with one
 // exception that is safe: calls answered NOSCRIPT did not run, and are re-sent as EVAL.
 //
-// Redis Cluster: one script may only touch one slot, so groups are coalesced per slot, and the
-// Store keeps one batcher per master (batcherFor), each sending its own pipelines through the
+// Redis Cluster: the Store keeps one batcher per master (batcherFor), and each coalesces its
+// calls across slots into script calls sent straight to its master, as on a single node (see
+// cluster.go); a batch the master refuses (a slot moved) is sent again per slot through the
 // cluster client, which follows MOVED and ASK. go-redis waits for every node of a cluster
 // pipeline, so one pipeline over all masters would let a hung master hold back the decisions of
 // keys on healthy ones until the budget ran out; per-master batchers delay only the hung
@@ -94,7 +95,7 @@ type batcher struct {
 	// queue behind it), so the Store never needs more than MaxConns connections to the node
 	// whatever the load (see conns.go).
 	wire chan struct{}
-	// cluster groups calls by slot: a script may only touch one.
+	// cluster: the client is a cluster client and node its master (see sendNode).
 	cluster bool
 	queue   chan *call
 	// ctx is canceled by close, so a sender does not start another round trip.
@@ -114,17 +115,33 @@ type batcher struct {
 	preloadWanted, preloading atomic.Bool
 	// active counts the calls in do; see there.
 	active atomic.Int64
+	// load, on a cluster, counts the calls in do on every batcher of the Store (see gather).
+	load *atomic.Int64
+	// xscript is the script a cluster batcher sends to its master (nodeScript; tests set
+	// another before start), and perSlot says the master cannot run it (see sendNode).
+	xscript *script
+	perSlot atomic.Bool
 
 	// For tests and benchmarks: pipelines sent, the most calls one carried, script calls
 	// sent, the most groups one carried, NOSCRIPT recoveries, scripts preloaded (SCRIPT LOAD
 	// of a script the node did not have), most round trips in flight at once.
 	batches, largest, scripts, coalesced, reloads, preloads, inFlight, mostInFlight atomic.Int64
+	// Cluster only: batches sent again per slot because the master refused a script call
+	// (sendNode).
+	redirected atomic.Int64
 }
 
 // newBatcher starts a batcher of n senders sending to one node through client, node being
 // that node's own client. It preloads the scripts on the node now and after every new
 // connection (preload), without waiting for it.
 func newBatcher(client redis.UniversalClient, node *redis.Client, n int, minTTL int64) *batcher {
+	b := makeBatcher(client, node, minTTL)
+	b.start(n)
+	return b
+}
+
+// makeBatcher is newBatcher without starting it.
+func makeBatcher(client redis.UniversalClient, node *redis.Client, minTTL int64) *batcher {
 	ctx, cancel := context.WithCancel(context.Background())
 	_, cluster := client.(*redis.ClusterClient)
 	b := &batcher{
@@ -132,12 +149,18 @@ func newBatcher(client redis.UniversalClient, node *redis.Client, n int, minTTL 
 		node:    node,
 		minTTL:  minTTL,
 		cluster: cluster,
+		xscript: nodeScript,
 		wire:    make(chan struct{}, MaxConns),
 		queue:   make(chan *call, queueLen),
 		ctx:     ctx,
 		cancel:  cancel,
 		stop:    make(chan struct{}),
 	}
+	return b
+}
+
+// start starts n senders and the preloads.
+func (b *batcher) start(n int) {
 	for range n {
 		b.live.Add(1)
 		b.senders.Go(func() {
@@ -145,11 +168,10 @@ func newBatcher(client redis.UniversalClient, node *redis.Client, n int, minTTL 
 			b.run()
 		})
 	}
-	if node != nil {
-		node.AddHook(preloadHook{b})
+	if b.node != nil {
+		b.node.AddHook(preloadHook{b})
 		b.preload()
 	}
-	return b
 }
 
 // acquire takes a wire token, waiting for one (until close, or done is closed) unless now is
@@ -207,6 +229,10 @@ func (b *batcher) close() {
 // pipeline.
 func (b *batcher) do(ctx context.Context, nowArg string, keys []string, takes []scriptTake) ([]int64, error) {
 	defer b.active.Add(-1)
+	if b.load != nil {
+		b.load.Add(1)
+		defer b.load.Add(-1)
+	}
 	if b.active.Add(1) <= directMax && len(b.queue) == 0 && b.acquire(true, nil) {
 		defer b.release()
 		select {
@@ -247,6 +273,7 @@ func (b *batcher) do(ctx context.Context, nowArg string, keys []string, takes []
 // batch and repeats until close.
 func (b *batcher) run() {
 	batch := make([]*call, 0, maxBatch)
+	var timer *time.Timer // gather's
 	for {
 		select {
 		case c := <-b.queue:
@@ -267,6 +294,9 @@ func (b *batcher) run() {
 			default:
 				break fill
 			}
+		}
+		if b.load != nil {
+			batch = b.gather(batch, &timer)
 		}
 		b.send(batch)
 		b.release()
@@ -316,7 +346,18 @@ func (b *batcher) send(batch []*call) {
 		}
 	}
 
-	scripts := b.coalesce(live)
+	if b.cluster && b.node != nil && !b.perSlot.Load() {
+		b.sendNode(ctx, live)
+		return
+	}
+	b.sendPiped(ctx, live)
+}
+
+// sendPiped sends calls as a pipeline through the batcher's client (on a cluster, which routes
+// each script call by slot and follows MOVED and ASK), coalesced per slot on a cluster, and
+// completes every call.
+func (b *batcher) sendPiped(ctx context.Context, live []*call) {
+	scripts := b.coalesce(live, b.cluster)
 	cmds := b.exec(ctx, scripts, false)
 	var retry []*merged
 	for i, m := range scripts {
@@ -352,15 +393,15 @@ type merged struct {
 }
 
 // coalesce packs calls, in order, into script calls: a call joins the latest script call of
-// its slot (any, on a single node) while that has the same instant and room for its group.
+// its slot (with perSlot; any, else) while that has the same instant and room for its group.
 // Arrival order is kept among the calls of one slot, the only order that can change a
 // decision, since each slot's script calls run in pipeline order.
-func (b *batcher) coalesce(calls []*call) []*merged {
+func (b *batcher) coalesce(calls []*call, perSlot bool) []*merged {
 	var out []*merged
 	open := map[string]*merged{} // per slot, the script call still taking groups
 	for _, c := range calls {
 		slot := ""
-		if b.cluster {
+		if perSlot {
 			slot = hashTag(c.keys[0])
 		}
 		m := open[slot]
@@ -510,7 +551,7 @@ func (b *batcher) loadScripts() {
 	defer cancel()
 	scripts := []*script{requestScript}
 	if b.cluster {
-		scripts = append(scripts, refundScript)
+		scripts = append(scripts, refundScript, b.xscript)
 	}
 	hashes := make([]string, len(scripts))
 	for i, sc := range scripts {
@@ -525,6 +566,10 @@ func (b *batcher) loadScripts() {
 			continue
 		}
 		if err := b.node.ScriptLoad(ctx, sc.src).Err(); err != nil {
+			if sc == b.xscript && noCrossSlot(err) {
+				b.perSlot.Store(true)
+				continue
+			}
 			return
 		}
 		b.preloads.Add(1)

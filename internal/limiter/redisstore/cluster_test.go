@@ -7,6 +7,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -264,5 +265,333 @@ func TestClusterSlotMigration(t *testing.T) {
 	check("migrated (MOVED)", 5)
 	if out, _ := dst.Do("EXISTS", rk); out != "1" {
 		t.Fatalf("the key is not on the target master after the migration (EXISTS %q)", out)
+	}
+	// The source refused the batches once the key had left (ASK, then MOVED), and they were
+	// decided again per slot.
+	s.mu.Lock()
+	redirected := s.nodes[src.Addr()].redirected.Load()
+	s.mu.Unlock()
+	if redirected < 1 {
+		t.Errorf("no batch on the source master was decided again per slot")
+	}
+}
+
+// onMaster finds keys served by one master: key(name, lim) is name, or name with a suffix,
+// such that its Redis key under lim is served by master, in a slot of its own among the keys
+// found so far (the same name and Limit give the same key).
+type onMaster struct {
+	t      *testing.T
+	s      *Store
+	client *redis.ClusterClient
+	master string
+	keys   map[string]string // by name and Limit
+	slots  map[int64]bool
+}
+
+func newOnMaster(t *testing.T, s *Store, client *redis.ClusterClient, master string) *onMaster {
+	return &onMaster{t: t, s: s, client: client, master: master, keys: map[string]string{}, slots: map[int64]bool{}}
+}
+
+func (o *onMaster) key(name string, lim limiter.Limit) string {
+	o.t.Helper()
+	id := name + "\x00" + lim.Name()
+	if k, ok := o.keys[id]; ok {
+		return k
+	}
+	ctx := context.Background()
+	for i := 0; ; i++ {
+		k := name + "~" + strconv.Itoa(i)
+		rk := o.s.Keys(k, lim)[0]
+		node, err := o.client.MasterForKey(ctx, rk)
+		if err != nil {
+			o.t.Fatal(err)
+		}
+		if node.Options().Addr != o.master {
+			continue
+		}
+		slot, err := o.client.ClusterKeySlot(ctx, rk).Result()
+		if err != nil {
+			o.t.Fatal(err)
+		}
+		if o.slots[slot] {
+			continue
+		}
+		o.slots[slot] = true
+		o.keys[id] = k
+		return k
+	}
+}
+
+// TestClusterBatchAcrossSlotsIsOneScriptCall: a cluster batcher's batch of 1 to 64 calls on keys
+// of several slots of its master (a hot key and others, every algorithm, costs up to and beyond
+// capacity) is one script call on that master, counted by its INFO commandstats, as on a single
+// node, and decides what limiter.MemoryStore decides.
+func TestClusterBatchAcrossSlotsIsOneScriptCall(t *testing.T) {
+	s, c, client := clusterStore(t, explicitTime("xslot"))
+	master := c.Servers[0]
+	for vi, base := range limiter.Variants(10, time.Second, 15, 500*time.Millisecond) {
+		t.Run(base.Name(), func(t *testing.T) {
+			keys := newOnMaster(t, s, client, master.Addr())
+			checkCoalescedBatches(t, batchTarget{
+				store: s,
+				batcher: func(rk string) *batcher {
+					b, err := s.batcherFor(context.Background(), rk)
+					if err != nil {
+						t.Fatal(err)
+					}
+					return b
+				},
+				key:         keys.key,
+				scriptCalls: func() int64 { return scriptCalls(t, master) },
+			}, base, uint64(vi))
+			if len(keys.slots) < 4 {
+				t.Fatalf("the batches' keys were in %d slots, want 4 (hot, k0, k1, k2)", len(keys.slots))
+			}
+		})
+	}
+}
+
+// TestClusterRefusedBatchIsDecidedPerSlot: a batch whose script call the master refuses,
+// because one key's slot has moved to another master behind the client's back (its state
+// migrated, or an empty slot reassigned), is decided again per slot: every call exactly once,
+// the local keys' calls decided before the moved key's too (a script that wrote them before
+// reading the moved key would count them twice), equal to limiter.MemoryStore's decisions.
+func TestClusterRefusedBatchIsDecidedPerSlot(t *testing.T) {
+	s, c, client := clusterStore(t, explicitTime("refused"))
+	ctx := context.Background()
+	ms := limiter.NewMemoryStore(limiter.MemoryStoreOptions{})
+	lim := limiter.Limit{Algorithm: limiter.TokenBucket, Limit: 10, Window: time.Minute}
+	src := c.Servers[0]
+	keys := newOnMaster(t, s, client, src.Addr())
+	local, moved, empty := keys.key("local", lim), keys.key("moved", lim), keys.key("empty", lim)
+	b, err := s.batcherFor(ctx, s.Keys(local, lim)[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	b.loadScripts()
+	do := func(srv *redisserver.TestServer, args ...string) string {
+		t.Helper()
+		out, err := srv.Do(args...)
+		if err != nil {
+			t.Fatalf("%s on %s: %v", strings.Join(args, " "), srv.Addr(), err)
+		}
+		return out
+	}
+	// moveSlot gives key's slot to dst on every node, migrating the key first if it has state.
+	moveSlot := func(key string, dst *redisserver.TestServer) {
+		rk := s.Keys(key, lim)[0]
+		slot := do(src, "CLUSTER", "KEYSLOT", rk)
+		srcID, dstID := do(src, "CLUSTER", "MYID"), do(dst, "CLUSTER", "MYID")
+		state := do(src, "EXISTS", rk) == "1"
+		do(dst, "CLUSTER", "SETSLOT", slot, "IMPORTING", srcID)
+		do(src, "CLUSTER", "SETSLOT", slot, "MIGRATING", dstID)
+		if state {
+			do(src, "MIGRATE", "127.0.0.1", strconv.Itoa(dst.Port()), "", "0", "5000", "KEYS", rk)
+		}
+		for _, srv := range c.Servers {
+			do(srv, "CLUSTER", "SETSLOT", slot, "NODE", dstID)
+		}
+	}
+	type step struct {
+		key string
+		n   int64
+	}
+	now := int64(0)
+	batch := func(phase string, steps ...step) {
+		t.Helper()
+		now += 700
+		nowArg := strconv.FormatInt(t0+now, 10)
+		qs := make([]queued, len(steps))
+		calls := make([]*call, len(steps))
+		for i, st := range steps {
+			qs[i] = queueTake(ctx, s, nowArg, limiter.Take{Key: st.key, Limit: lim, N: st.n})
+			calls[i] = qs[i].c
+		}
+		b.send(calls)
+		for i, q := range qs {
+			<-q.c.done
+			if q.c.err != nil {
+				t.Fatalf("%s, call %d: %v", phase, i, q.c.err)
+			}
+			want := mustTake(t, ms, steps[i].key, lim, steps[i].n, at(now))
+			if got := resultFrom(q.c.vals, lim.Capacity()); got != want {
+				t.Fatalf("%s, call %d (%+v): redis %+v, memory %+v", phase, i, steps[i], got, want)
+			}
+		}
+	}
+	batch("before", step{local, 3}, step{moved, 4}, step{local, 2})
+	if got := b.redirected.Load(); got != 0 {
+		t.Fatalf("%d batches redirected before any slot moved", got)
+	}
+
+	moveSlot(moved, c.Servers[1])
+	batch("a key's slot and state moved", step{local, 3}, step{local, 2}, step{moved, 4}, step{local, 1}, step{moved, 9})
+	if got := b.redirected.Load(); got != 1 {
+		t.Fatalf("%d batches redirected after a slot moved, want 1", got)
+	}
+	if do(c.Servers[1], "EXISTS", s.Keys(moved, lim)[0]) != "1" {
+		t.Fatal("the moved key's state is not on its new master")
+	}
+
+	moveSlot(empty, c.Servers[2])
+	batch("an empty slot moved", step{local, 1}, step{empty, 6}, step{local, 1})
+	if got := b.redirected.Load(); got != 2 {
+		t.Fatalf("%d batches redirected after an empty slot moved, want 2", got)
+	}
+	if do(c.Servers[2], "EXISTS", s.Keys(empty, lim)[0]) != "1" {
+		t.Fatal("the key of the moved empty slot is not on its new master")
+	}
+	if do(src, "CLUSTER", "COUNTKEYSINSLOT", do(src, "CLUSTER", "KEYSLOT", s.Keys(empty, lim)[0])) != "0" {
+		t.Fatal("the key of the moved empty slot was written on its old master")
+	}
+
+	// The slot map follows; the moved keys are then batched by their new masters.
+	deadline := time.Now().Add(10 * time.Second)
+	for s.Master(ctx, moved, lim) != c.Servers[1].Addr() || s.Master(ctx, empty, lim) != c.Servers[2].Addr() {
+		if time.Now().After(deadline) {
+			t.Fatal("the client's slot map never showed the moved slots")
+		}
+		client.ReloadState(ctx)
+		time.Sleep(10 * time.Millisecond)
+	}
+	for _, k := range []string{moved, empty, local} {
+		now += 300
+		want := mustTake(t, ms, k, lim, 1, at(now))
+		if got := mustTake(t, s, k, lim, 1, at(now)); got != want {
+			t.Fatalf("after the reload, key %s: redis %+v, memory %+v", k, got, want)
+		}
+	}
+	if got := b.redirected.Load(); got != 2 {
+		t.Fatalf("%d batches redirected after the slot map reload, want still 2", got)
+	}
+}
+
+// TestClusterSlotMigrationUnderLoad moves a hot limiter's slot, state and all, to another
+// master while concurrent callers keep deciding it and other keys of its master: every call
+// is decided, and each key admits exactly its limit.
+func TestClusterSlotMigrationUnderLoad(t *testing.T) {
+	const callers = 16
+	s, c, client := clusterStore(t, explicitTime("migload"))
+	lim := limiter.Limit{Algorithm: limiter.FixedWindow, Limit: 300, Window: time.Minute}
+	src, dst := c.Servers[0], c.Servers[1]
+	keys := newOnMaster(t, s, client, src.Addr())
+	hot := []string{keys.key("moving", lim), keys.key("staying", lim), keys.key("staying2", lim)}
+	rk := s.Keys(hot[0], lim)[0]
+	do := func(srv *redisserver.TestServer, args ...string) string {
+		out, err := srv.Do(args...)
+		if err != nil {
+			t.Errorf("%s on %s: %v", strings.Join(args, " "), srv.Addr(), err)
+		}
+		return out
+	}
+	var decided atomic.Int64
+	migrated := make(chan struct{})
+	go func() {
+		defer close(migrated)
+		for decided.Load() < 100 {
+			time.Sleep(time.Millisecond)
+		}
+		slot := do(src, "CLUSTER", "KEYSLOT", rk)
+		srcID, dstID := do(src, "CLUSTER", "MYID"), do(dst, "CLUSTER", "MYID")
+		do(dst, "CLUSTER", "SETSLOT", slot, "IMPORTING", srcID)
+		do(src, "CLUSTER", "SETSLOT", slot, "MIGRATING", dstID)
+		time.Sleep(20 * time.Millisecond) // decisions on the source while migrating
+		do(src, "MIGRATE", "127.0.0.1", strconv.Itoa(dst.Port()), "", "0", "5000", "KEYS", rk)
+		time.Sleep(20 * time.Millisecond) // ASK
+		for _, srv := range c.Servers {
+			do(srv, "CLUSTER", "SETSLOT", slot, "NODE", dstID)
+		}
+		time.Sleep(20 * time.Millisecond) // MOVED
+	}()
+	admitted := make([]atomic.Int64, len(hot))
+	var wg sync.WaitGroup
+	for i, k := range hot {
+		for range callers {
+			wg.Go(func() {
+				for n := 0; ; n++ {
+					select {
+					case <-migrated:
+						if n >= 40 {
+							return
+						}
+					default:
+					}
+					r, err := s.Take(context.Background(), k, lim, 1, at(0))
+					if err != nil {
+						t.Errorf("key %s: %v", k, err)
+						return
+					}
+					decided.Add(1)
+					if r.Allowed {
+						admitted[i].Add(1)
+					}
+				}
+			})
+		}
+	}
+	wg.Wait()
+	for i, k := range hot {
+		if got := admitted[i].Load(); got != lim.Limit {
+			t.Errorf("key %s: %d admitted, want exactly %d", k, got, lim.Limit)
+		}
+	}
+	if out, _ := dst.Do("EXISTS", rk); out != "1" {
+		t.Errorf("the moving key is not on the target master (EXISTS %q)", out)
+	}
+	var redirected int64
+	s.mu.Lock()
+	for _, b := range s.nodes {
+		redirected += b.redirected.Load()
+	}
+	s.mu.Unlock()
+	t.Logf("%d decisions, %d batches decided again per slot", decided.Load(), redirected)
+}
+
+// TestClusterMasterWithoutScriptFlags: a master that cannot compile the cross-slot script
+// (Redis before 7 reads its shebang as Lua; here a flag Redis 7 does not know) has its batches
+// decided per slot instead, exactly, from the first refused one on.
+func TestClusterMasterWithoutScriptFlags(t *testing.T) {
+	s, c, client := clusterStore(t, explicitTime("noflags"))
+	ctx := context.Background()
+	ms := limiter.NewMemoryStore(limiter.MemoryStoreOptions{})
+	lim := limiter.Limit{Algorithm: limiter.TokenBucket, Limit: 10, Window: time.Minute}
+	master := c.Servers[0]
+	keys := newOnMaster(t, s, client, master.Addr())
+	names := []string{keys.key("a", lim), keys.key("b", lim), keys.key("c", lim)}
+	node, err := client.MasterForKey(ctx, s.Keys(names[0], lim)[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Not started: the test sends its batches itself, and nothing preloads.
+	b := makeBatcher(client, node, s.minTTL)
+	b.load = &s.load
+	b.xscript = newScript("#!lua flags=no-such-flag\n" + arithLua + requestLua)
+	t.Cleanup(b.close)
+	for round := range 2 {
+		now := int64(round) * 1000
+		nowArg := strconv.FormatInt(t0+now, 10)
+		var qs []queued
+		var calls []*call
+		for i := range 7 {
+			q := queueTake(ctx, s, nowArg, limiter.Take{Key: names[i%len(names)], Limit: lim, N: int64(1 + i%4)})
+			qs, calls = append(qs, q), append(calls, q.c)
+		}
+		b.send(calls)
+		for i, q := range qs {
+			<-q.c.done
+			if q.c.err != nil {
+				t.Fatalf("round %d, call %d: %v", round, i, q.c.err)
+			}
+			want := mustTake(t, ms, q.takes[0].Key, lim, q.takes[0].N, at(now))
+			if got := resultFrom(q.c.vals, lim.Capacity()); got != want {
+				t.Fatalf("round %d, call %d: redis %+v, memory %+v", round, i, got, want)
+			}
+		}
+		if !b.perSlot.Load() {
+			t.Fatalf("round %d: the batcher still sends the script its master refused", round)
+		}
+		if got := b.redirected.Load(); got != 1 {
+			t.Fatalf("round %d: %d batches decided again per slot, want 1 (the first)", round, got)
+		}
 	}
 }

@@ -5,6 +5,7 @@ import (
 	"math/rand/v2"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -51,70 +52,125 @@ func queueRequest(ctx context.Context, s *Store, nowArg string, takes []limiter.
 func TestCoalescedBatchesEqualMemoryStore(t *testing.T) {
 	srv := redisserver.StartTest(t)
 	client := newClient(t, srv.URL())
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
 	for vi, base := range limiter.Variants(10, time.Second, 15, 500*time.Millisecond) {
 		t.Run(base.Name(), func(t *testing.T) {
-			rng := rand.New(rand.NewPCG(uint64(vi), 13))
 			s := newStore(t, client, explicitTime("coalesce"))
-			ms := limiter.NewMemoryStore(limiter.MemoryStoreOptions{})
-			other := randomLimit(rng, limiter.Variants(1, time.Second, 0, 0)[rng.IntN(6)])
-			now := int64(0)
-			for size := 1; size <= 64; size++ {
-				lim := base
-				now += randomGap(rng, lim)
-				now = max(now, -t0)
-				nowArg := strconv.FormatInt(t0+now, 10)
-				batch := make([]queued, size)
-				for i := range batch {
-					key := "hot"
-					if rng.IntN(4) == 0 {
-						key = "k" + strconv.Itoa(rng.IntN(3))
-					}
-					take := limiter.Take{Key: key, Limit: lim, N: randomCost(rng, lim.Capacity())}
-					if rng.IntN(5) == 0 {
-						batch[i] = queueRequest(ctx, s, nowArg, []limiter.Take{take, {Key: "o", Limit: other, N: randomCost(rng, other.Capacity()), Shadow: rng.IntN(2) == 0}})
-					} else {
-						batch[i] = queueTake(ctx, s, nowArg, take)
-					}
-				}
-				calls := make([]*call, size)
-				for i := range batch {
-					calls[i] = batch[i].c
-				}
-				scripts := s.batch.scripts.Load()
-				s.batch.send(calls)
-				if got := s.batch.scripts.Load() - scripts; got != 1 {
-					t.Fatalf("batch of %d: %d script calls, want 1", size, got)
-				}
-				for i, q := range batch {
-					<-q.c.done
-					if q.c.err != nil {
-						t.Fatalf("batch of %d, call %d: %v", size, i, q.c.err)
-					}
-					got := make([]limiter.Result, len(q.takes))
-					for j := range q.takes {
-						got[j] = resultFrom(q.c.vals[requestFields*j:], q.takes[j].Limit.Capacity())
-					}
-					want := make([]limiter.Result, len(q.takes))
-					if q.c.takes[0].flags&flagAlone != 0 {
-						r, err := ms.Take(ctx, q.takes[0].Key, q.takes[0].Limit, q.takes[0].N, at(now))
-						if err != nil {
-							t.Fatal(err)
-						}
-						want[0] = r
-					} else if _, err := ms.TakeRequest(ctx, q.takes, at(now), want); err != nil {
-						t.Fatal(err)
-					}
-					for j := range want {
-						if got[j] != want[j] {
-							t.Fatalf("batch of %d at %d, call %d take %d (%+v): redis %+v, memory %+v", size, now, i, j, q.takes[j], got[j], want[j])
-						}
-					}
-				}
-			}
+			checkCoalescedBatches(t, batchTarget{
+				store: s, batcher: func(string) *batcher { return s.batch },
+				key: func(name string, _ limiter.Limit) string { return name }, requests: true,
+				scriptCalls: func() int64 { return scriptCalls(t, srv) },
+			}, base, uint64(vi))
 		})
 	}
+}
+
+// batchTarget is where checkCoalescedBatches sends its batches.
+type batchTarget struct {
+	store *Store
+	// batcher is the batcher of a Redis key (all of one batch share one).
+	batcher func(rk string) *batcher
+	// key maps a test key name to the key to use under a Limit (on a cluster, one served by
+	// the batch's master).
+	key func(name string, lim limiter.Limit) string
+	// requests adds two-rule requests (one script group over two keys) to the batches.
+	requests bool
+	// scriptCalls is the script calls the batch's server has run (INFO commandstats).
+	scriptCalls func() int64
+}
+
+// checkCoalescedBatches sends batches of 1 to 64 calls like base (see
+// TestCoalescedBatchesEqualMemoryStore) to tgt, each as one batch, and checks that each is one
+// script call, counted by the server, and decides what limiter.MemoryStore decides.
+func checkCoalescedBatches(t *testing.T, tgt batchTarget, base limiter.Limit, seed uint64) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	rng := rand.New(rand.NewPCG(seed, 13))
+	s := tgt.store
+	ms := limiter.NewMemoryStore(limiter.MemoryStoreOptions{})
+	other := randomLimit(rng, limiter.Variants(1, time.Second, 0, 0)[rng.IntN(6)])
+	b := tgt.batcher(s.Keys(tgt.key("hot", base), base)[0])
+	b.loadScripts() // now, not in the background: a NOSCRIPT would count a script call more
+	now := int64(0)
+	for size := 1; size <= 64; size++ {
+		lim := base
+		now += randomGap(rng, lim)
+		now = max(now, -t0)
+		nowArg := strconv.FormatInt(t0+now, 10)
+		batch := make([]queued, size)
+		for i := range batch {
+			key := "hot"
+			if rng.IntN(4) == 0 {
+				key = "k" + strconv.Itoa(rng.IntN(3))
+			}
+			take := limiter.Take{Key: tgt.key(key, lim), Limit: lim, N: randomCost(rng, lim.Capacity())}
+			if tgt.requests && rng.IntN(5) == 0 {
+				batch[i] = queueRequest(ctx, s, nowArg, []limiter.Take{take, {Key: tgt.key("o", other), Limit: other, N: randomCost(rng, other.Capacity()), Shadow: rng.IntN(2) == 0}})
+			} else {
+				batch[i] = queueTake(ctx, s, nowArg, take)
+			}
+		}
+		calls := make([]*call, size)
+		for i := range batch {
+			calls[i] = batch[i].c
+		}
+		scripts, counted := b.scripts.Load(), tgt.scriptCalls()
+		b.send(calls)
+		if got := b.scripts.Load() - scripts; got != 1 {
+			t.Fatalf("batch of %d: %d script calls, want 1", size, got)
+		}
+		if got := tgt.scriptCalls() - counted; got != 1 {
+			t.Fatalf("batch of %d: the server counted %d script calls, want 1", size, got)
+		}
+		for i, q := range batch {
+			<-q.c.done
+			if q.c.err != nil {
+				t.Fatalf("batch of %d, call %d: %v", size, i, q.c.err)
+			}
+			got := make([]limiter.Result, len(q.takes))
+			for j := range q.takes {
+				got[j] = resultFrom(q.c.vals[requestFields*j:], q.takes[j].Limit.Capacity())
+			}
+			want := make([]limiter.Result, len(q.takes))
+			if q.c.takes[0].flags&flagAlone != 0 {
+				r, err := ms.Take(ctx, q.takes[0].Key, q.takes[0].Limit, q.takes[0].N, at(now))
+				if err != nil {
+					t.Fatal(err)
+				}
+				want[0] = r
+			} else if _, err := ms.TakeRequest(ctx, q.takes, at(now), want); err != nil {
+				t.Fatal(err)
+			}
+			for j := range want {
+				if got[j] != want[j] {
+					t.Fatalf("batch of %d at %d, call %d take %d (%+v): redis %+v, memory %+v", size, now, i, j, q.takes[j], got[j], want[j])
+				}
+			}
+		}
+	}
+}
+
+// scriptCalls is the script calls (EVALSHA and EVAL) srv has run, from INFO commandstats.
+func scriptCalls(t testing.TB, srv *redisserver.TestServer) int64 {
+	t.Helper()
+	info, err := srv.Do("INFO", "commandstats")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var n int64
+	for _, line := range strings.Fields(info) {
+		name, stats, _ := strings.Cut(line, ":")
+		if name != "cmdstat_evalsha" && name != "cmdstat_eval" {
+			continue
+		}
+		calls, _, _ := strings.Cut(strings.TrimPrefix(stats, "calls="), ",")
+		c, err := strconv.ParseInt(calls, 10, 64)
+		if err != nil {
+			t.Fatalf("INFO commandstats: %q: %v", line, err)
+		}
+		n += c
+	}
+	return n
 }
 
 // TestTwoStoresShareOneLimit: two Stores on one Redis (two sidecars), 150 concurrent Takes

@@ -19,9 +19,11 @@
 // Takes and TakeRequests waiting at that moment into as few calls of the script as it can,
 // each a group decided in arrival order at one instant, exactly as MemoryStore would decide that
 // sequence (see batch.go): a hot key costs one script call per batch. A single-node or Sentinel
-// client has one batcher; a Redis Cluster client one per master, each sending its own
-// pipelines (go-redis follows MOVED and ASK), so a hung master delays only its own keys. Close
-// stops the batchers.
+// client has one batcher; a Redis Cluster client one per master, so a hung master delays only
+// its own keys. A master's batcher coalesces its calls across slots into script calls sent to
+// that master (Redis 7's allow-cross-slot-keys, keys passed in ARGV; see cluster.go), and sends
+// a batch the master refuses because a slot moved again per slot through the cluster client,
+// which follows MOVED and ASK. Close stops the batchers.
 //
 // A Store keeps at most MaxConns (2) round trips in flight per Redis node, and the clients of
 // NewClient and NewClientFromURL hold at most that many connections per node, none to cluster
@@ -87,8 +89,10 @@
 // # Requirements
 //
 // Redis 5 or later (scripts that call TIME need effects replication, the default since 5); Redis
-// Cluster and Sentinel work (see NewClientFromURL). A call that times out may still run on the
-// server later: a timeout means the decision is unknown, not that nothing was counted.
+// Cluster and Sentinel work (see NewClientFromURL); a cluster master before Redis 7 gets one
+// script call per slot, not per batch (it knows no script flags, see cluster.go). A call that
+// times out may still run on the server later: a timeout means the decision is unknown, not
+// that nothing was counted.
 //
 // # Arithmetic
 //

@@ -81,7 +81,7 @@ type Store struct {
 	batch *batcher
 	// A cluster client's Store has one batcher per master, made at its first call (batcherFor).
 	cluster *redis.ClusterClient
-	senders int
+	load    atomic.Int64 // calls in do on the masters' batchers (see gather)
 	mu      sync.Mutex
 	nodes   map[string]*batcher // by master address
 	closed  bool
@@ -100,8 +100,9 @@ func New(client redis.UniversalClient, opts Options) *Store {
 	return newWithSenders(client, opts, senders)
 }
 
-// newWithSenders is New with n pipelines in flight at most per batcher; 0 sends every call on
-// its own. The benchmarks compare them.
+// newWithSenders is New with n pipelines in flight at most per batcher (a cluster's batchers
+// have clusterSenders, see cluster.go); 0 sends every call on its own. The benchmarks compare
+// them.
 func newWithSenders(client redis.UniversalClient, opts Options, n int) *Store {
 	if err := opts.Validate(); err != nil {
 		panic(err)
@@ -118,7 +119,7 @@ func newWithSenders(client redis.UniversalClient, opts Options, n int) *Store {
 	}
 	if n > 0 {
 		if cc, ok := client.(*redis.ClusterClient); ok {
-			s.cluster, s.senders, s.nodes = cc, n, map[string]*batcher{}
+			s.cluster, s.nodes = cc, map[string]*batcher{}
 		} else {
 			node, _ := client.(*redis.Client) // nil for other clients: no preload
 			s.batch = newBatcher(client, node, n, s.minTTL)
@@ -145,7 +146,7 @@ func (s *Store) batcherFor(ctx context.Context, key string) (*batcher, error) {
 	}
 	b := s.nodes[addr]
 	if b == nil {
-		b = newBatcher(s.cluster, node, s.senders, s.minTTL)
+		b = newNodeBatcher(s.cluster, node, s.minTTL, &s.load)
 		s.nodes[addr] = b
 	}
 	return b, nil
