@@ -294,8 +294,8 @@ func (s *Store) Take(ctx context.Context, key string, lim limiter.Limit, n int64
 var _ limiter.Charger = (*Store)(nil)
 
 // Charge implements limiter.Charger: a late charge of n units, as one group of the request
-// script (a take flagged 2, lua/request.lua), coalesced like Take. now, lim, n and the errors
-// are as for Take; lim must be LateChargeable.
+// script (a take of kind kindCharge, lua/request.lua), coalesced like Take. now, lim, n and
+// the errors are as for Take; lim must be LateChargeable.
 func (s *Store) Charge(ctx context.Context, key string, lim limiter.Limit, n int64, now time.Time) (limiter.Result, error) {
 	nowArg, err := s.nowArg(now)
 	if err != nil {

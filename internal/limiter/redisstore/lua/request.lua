@@ -43,7 +43,7 @@
 -- order, each on the state the call's earlier takes left (a key repeated sees its earlier
 -- takes as charged), and the group is committed only if each of its takes that is not shadow
 -- is allowed; a group that is not leaves every state as it was. Each key's state is read at
--- most once and written at most once, at the end, with save's rules (below). The transitions
+-- most once and written at most once, at the end (the last loop, below). The transitions
 -- are functions from a limit q, a cost c and a state (up to three values, nil for an absent
 -- key) to a result and a new state, which change nothing (the log's reads its list, never
 -- writes it); each names the Go function it ports, formula for formula. Bounds of the
