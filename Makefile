@@ -122,7 +122,7 @@ helm-lint: helm ## Lint the Helm chart in dist/chart.
 # The drive of docs/algorithms.png: 30 requests at once at 00:00:00.900 (2026-02-05, UTC), 100 ms
 # before a window boundary, then 25/s for 3 s, through a limit of 10 per 1 s (burst 10).
 .PHONY: plots
-plots: ## Redraw docs/algorithms.png, its trace and its table (docs/algorithms-trace.txt, docs/algorithms.txt), and docs/dashboard.png.
+plots: plot-lease ## Redraw docs/algorithms.png, its trace and its table (docs/algorithms-trace.txt, docs/algorithms.txt), docs/lease.png and docs/dashboard.png.
 	@mkdir -p docs
 	t=1770249600900; { for i in {1..30}; do echo $$t; done; for i in {1..75}; do echo $$((t + 40 * i)); done; } > docs/algorithms-trace.txt
 	go run ./cmd/sluicectl simulate compare \
@@ -134,6 +134,17 @@ plots: ## Redraw docs/algorithms.png, its trace and its table (docs/algorithms-t
 	# docs/dashboard.png: the dashboard's panels from test/prometheus' Prometheus, after a 3.5-minute drive.
 	SLUICE_DASHBOARD_PNG=$(CURDIR)/docs/dashboard.png KUBEBUILDER_ASSETS="$$(hack/envtest-assets.sh)" \
 	  go test -count=1 -timeout 15m -run TestRulesAndDashboardQueriesReturnData ./test/prometheus
+
+# The drive of docs/lease.png: 50/s for 3.5 s (below the rate: the pods lease), 200 at once, then
+# 200/s for 2 s, over 2 pods (round robin), through a TokenBucket of 100 per 1 s (burst 100)
+# leased with maxAge 1s, next to the exact rule on the same trace.
+.PHONY: plot-lease
+plot-lease: ## Redraw docs/lease.png (a leased and an exact rule on one trace), its trace and its report (docs/lease-trace.txt, docs/lease.txt).
+	@mkdir -p docs
+	t=1770249600000; { for i in $$(seq 0 174); do echo $$((t + 20 * i)); done; for i in $$(seq 200); do echo $$((t + 3500)); done; \
+	  for i in $$(seq 400); do echo $$((t + 3500 + 5 * i)); done; } > docs/lease-trace.txt
+	go run ./cmd/sluicectl simulate --algorithm TokenBucket --limit 100 --window 1s --burst 100 \
+	  --pods 2 --lease-max-age 1s --plot docs/lease.png < docs/lease-trace.txt | tee docs/lease.txt
 
 ##@ Benchmarks
 

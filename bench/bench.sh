@@ -11,7 +11,8 @@
 #      and redis-benchmark EVALSHA of 'return 1' on the same server at the same concurrency;
 #      Redis memory per limiter. bench/redis.sh, when present, runs too and its output is kept.
 #   2d. Leased limits: bench/lease.sh, the exact rule, the leased rule and local decisions of
-#      two sidecars' lease engines on one hot key, store calls and Redis CPU per decision.
+#      two sidecars' lease engines on one hot key, store calls and Redis CPU per decision; then
+#      two sidecar binaries under wrk, leased vs local vs exact, req/s and CPU per request.
 #   3. Proxy path: bench/proxy.sh, wrk and a fixed-rate run against direct, nginx limit_req,
 #      and the sidecar with no policy, a never-denying Redis rule, and local mode.
 #   4. Control plane: bench/controlplane, a rolling update of 500 pods matched by 20 policies
@@ -109,7 +110,7 @@ fi
 echo "# 2c/5 bench/rediscpu.sh: Redis CPU per decision, single node and 3-master cluster" >&2
 OUT=$OUT DURATION=$STORE_DURATION BASE_BIN=${REDISCPU_BASE_BIN:-} bench/rediscpu.sh > /dev/null
 
-echo "# 2d/5 bench/lease.sh: leased limits, two sidecars' engines on one hot key" >&2
+echo "# 2d/5 bench/lease.sh: leased limits, two sidecars (engines, then binaries) on one hot key" >&2
 OUT=$OUT DURATION=$STORE_DURATION bench/lease.sh > /dev/null
 
 echo "# 3/5 proxy path" >&2
@@ -135,6 +136,7 @@ echo "loadavg_end	$(cut -d' ' -f1-3 /proc/loadavg)" >> "$OUT/machine.tsv"
   echo "limiter	$LIMITER_CMD"
   echo "store	OUT=bench/out CALLERS=1,8,50 STORE_DURATION=$STORE_DURATION BENCH_REPEAT=$BENCH_REPEAT bench/store.sh"
   sed 's/^/store	  /' "$OUT/store-commands.txt"
+  echo "lease	OUT=bench/out DURATION=$STORE_DURATION bench/lease.sh  (wrk -t1 -c16 -d5s per sidecar, 3 rounds)"
   echo "proxy	OUT=bench/out DURATION=$PROXY_DURATION RATE=$RATE BENCH_REPEAT=$BENCH_REPEAT PROFILE=0 OUTAGE=0 bench/proxy.sh"
   echo "proxy	  wrk -t2 -c64 -d${PROXY_DURATION}s --latency URL; bench/loadgen -url URL -rate $RATE -duration ${PROXY_DURATION}s"
 } > "$OUT/commands.tsv"

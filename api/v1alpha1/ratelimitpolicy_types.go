@@ -186,6 +186,12 @@ type ResponseSpec struct {
 // +kubebuilder:validation:XValidation:rule="has(self.window) != has(self.calendar)",message="set exactly one of window and calendar"
 // +kubebuilder:validation:XValidation:rule="!has(self.calendar) || self.algorithm == 'FixedWindow'",message="calendar applies only to algorithm FixedWindow",fieldPath=".calendar"
 // +kubebuilder:validation:XValidation:rule="!has(self.countWhen) || self.algorithm in ['FixedWindow', 'TokenBucket']",message="countWhen applies only to FixedWindow and TokenBucket, the algorithms that take a charge after the response",fieldPath=".countWhen"
+// +kubebuilder:validation:XValidation:rule="!has(self.responseCost) || self.algorithm in ['FixedWindow', 'TokenBucket']",message="responseCost applies only to FixedWindow (with window or calendar) and TokenBucket, the algorithms that take a charge after the response: SlidingWindowCounter's estimate and SlidingWindowLog's entries must stay within the limit, and a LeakyBucket has already handed out its delays",fieldPath=".responseCost"
+// +kubebuilder:validation:XValidation:rule="!has(self.responseCost) || (!has(self.cost) && !has(self.costHeader))",message="responseCost sets the cost (minimumCost up front, the rest from the response): cost and costHeader do not apply",fieldPath=".responseCost"
+// +kubebuilder:validation:XValidation:rule="!has(self.responseCost) || !has(self.countWhen)",message="responseCost and countWhen cannot be combined: responseCost charges minimumCost up front whatever the response's status",fieldPath=".responseCost"
+// +kubebuilder:validation:XValidation:rule="!has(self.responseCost) || !has(self.lease)",message="lease does not apply with responseCost: leased units are spent in advance, and the cost is known only after the response",fieldPath=".lease"
+// +kubebuilder:validation:XValidation:rule="!has(self.match) || !has(self.match.descriptors) || !has(self.responseCost)",message="a rule that matches descriptors cannot use responseCost: Envoy's rate limit service never sees the response",fieldPath=".responseCost"
+// +kubebuilder:validation:XValidation:rule="!has(self.responseCost) || !has(self.responseCost.minimumCost) || self.responseCost.minimumCost <= (has(self.burst) ? self.burst : self.limit)",message="responseCost.minimumCost must not exceed burst (or limit when burst is unset): such a request could never pass",fieldPath=".responseCost.minimumCost"
 type Rule struct {
 	// name identifies the rule in metrics, logs and the 429 body; unique within the policy.
 	// A DNS label: lower-case letters, digits and '-', at most 63 characters.
@@ -262,6 +268,16 @@ type Rule struct {
 	// +optional
 	CountWhen *CountWhen `json:"countWhen,omitempty"`
 
+	// responseCost charges a request what its response reports it cost (tokens, bytes, rows):
+	// minimumCost is charged up front, so a key with less left is denied before the call, and
+	// the rest when the response ends, taken from a response header or a JSON field of the
+	// body (or of the last server-sent event carrying it). The rest may put a TokenBucket in
+	// debt, which later requests wait out. A response without a valid value costs
+	// minimumCost. Only for FixedWindow and TokenBucket; not with cost, costHeader, countWhen
+	// or lease.
+	// +optional
+	ResponseCost *ResponseCost `json:"responseCost,omitempty"`
+
 	// mode is Enforce (the default: reject over the limit) or Shadow (count and report in
 	// metrics and headers, never reject), for trying a limit on live traffic.
 	// +optional
@@ -303,6 +319,33 @@ type CountWhen struct {
 	// +kubebuilder:validation:MinItems=1
 	// +kubebuilder:validation:MaxItems=16
 	StatusCodes []intstr.IntOrString `json:"statusCodes"`
+}
+
+// ResponseCost says where a response reports what its request cost.
+// +kubebuilder:validation:XValidation:rule="has(self.header) != has(self.jsonField)",message="set exactly one of header and jsonField"
+type ResponseCost struct {
+	// header names a response header whose value, a non-negative integer, is the cost, such
+	// as X-Usage-Tokens. The header is passed on to the client.
+	// +optional
+	Header HeaderName `json:"header,omitempty"`
+
+	// jsonField is the dotted path of object keys to a non-negative integer in the response's
+	// JSON body, such as usage.total_tokens; for a text/event-stream response, in the last
+	// event whose data is JSON carrying it. The body streams through unbuffered; a JSON body
+	// over 4 MiB, or an event over 1 MiB, is not searched.
+	// +optional
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=256
+	// +kubebuilder:validation:XValidation:rule="self.matches('^[A-Za-z0-9_$@:-]+([.][A-Za-z0-9_$@:-]+)*$')",message="must be a dotted path of object keys such as usage.total_tokens: letters, digits and _$@:- separated by '.'"
+	JSONField string `json:"jsonField,omitempty"`
+
+	// minimumCost, 1 by default, is charged when the request is admitted (a request it does
+	// not fit is denied), and is what the request costs when the response reports less or
+	// nothing. At most burst (or limit).
+	// +optional
+	// +kubebuilder:validation:Minimum=1
+	// +kubebuilder:validation:Maximum=100000000
+	MinimumCost *int64 `json:"minimumCost,omitempty"`
 }
 
 // CalendarPeriod is the length of a calendar window.

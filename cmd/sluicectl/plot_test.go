@@ -9,6 +9,11 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
+
+	"github.com/sluice-dev/sluice/internal/limiter"
+	"github.com/sluice-dev/sluice/internal/limiter/lease"
+	"github.com/sluice-dev/sluice/internal/simulate"
 )
 
 // decodePNG decodes file as a PNG and returns the image.
@@ -188,5 +193,94 @@ func TestFigureIsCurrent(t *testing.T) {
 		if string(got) != want {
 			t.Errorf("%s is stale (run make plots):\n%s\nwant:\n%s", file, got, want)
 		}
+	}
+}
+
+// leaseFigureTrace is the drive of docs/lease.png (make plot-lease): 50/s for 3.5 s, 200 at
+// once, then 200/s for 2 s.
+var leaseFigureTrace = arrivals(0, 20, 175) + arrivals(3500, 0, 200) + arrivals(3505, 5, 400)
+
+const leaseFigureArgs = "--algorithm TokenBucket --limit 100 --window 1s --burst 100 --pods 2 --lease-max-age 1s"
+
+// TestLeasePlot: the figure's trace and report in docs/ are what make plot-lease writes (the
+// README quotes them), the leased run there admits more than the exact rule in some second yet
+// keeps the bound, and --plot draws both runs without changing the report. A FixedWindow rule
+// and no arrivals draw too.
+func TestLeasePlot(t *testing.T) {
+	trace, err := os.ReadFile("../../docs/lease-trace.txt")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if string(trace) != leaseFigureTrace {
+		t.Errorf("docs/lease-trace.txt is not the figure's drive: run make plot-lease")
+	}
+	report, err := os.ReadFile("../../docs/lease.txt")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for name, tc := range map[string]struct{ args, input string }{
+		"figure":       {leaseFigureArgs, leaseFigureTrace},
+		"fixed window": {"--algorithm FixedWindow --limit 100 --window 1s --pods 3 --lease-max-age 300ms", leaseFigureTrace},
+		"no arrivals":  {leaseFigureArgs, ""},
+	} {
+		t.Run(name, func(t *testing.T) {
+			args := tc.args
+			var want, stderr bytes.Buffer
+			if code := runSimulate(strings.Fields(args), strings.NewReader(tc.input), &want, &stderr); code != 0 {
+				t.Fatalf("without --plot: exit %d, stderr %q", code, stderr.String())
+			}
+			if name == "figure" {
+				if want.String() != string(report) {
+					t.Errorf("docs/lease.txt is stale (run make plot-lease):\n%s\nwant:\n%s", report, want.String())
+				}
+				var excess int
+				if _, err := fmt.Sscanf(want.String()[strings.Index(want.String(), "worst excess"):], "worst excess over exact: %d", &excess); err != nil || excess == 0 {
+					t.Errorf("the figure's leased run never admits more than the exact one (%v):\n%s", err, want.String())
+				}
+				// The README's numbers: the most in any second, exact and leased.
+				lim := limiter.Limit{Algorithm: limiter.TokenBucket, Limit: 100, Window: time.Second, Burst: 100}
+				arr, err := simulate.ReadFleetTrace(strings.NewReader(leaseFigureTrace), 2)
+				if err != nil {
+					t.Fatal(err)
+				}
+				rep, err := simulate.ReplayFleet(arr, func() (lease.Store, func(), error) {
+					return limiter.NewMemoryStore(limiter.MemoryStoreOptions{}), func() {}, nil
+				}, lim, 1, simulate.Fleet{Pods: 2, Lease: lease.Params{MaxAge: time.Second}})
+				if err != nil {
+					t.Fatal(err)
+				}
+				if e, l := rep.MostInWindow(); e != 199 || l != 222 {
+					t.Errorf("the most in any second: exact %d, leased %d; the README says 199 and 222", e, l)
+				}
+				if !strings.Contains(want.String(), ": holds\n") {
+					t.Errorf("the figure's leased run breaks the bound:\n%s", want.String())
+				}
+			}
+			file := filepath.Join(t.TempDir(), "lease.png")
+			var stdout bytes.Buffer
+			if code := runSimulate(append(strings.Fields(args), "--plot", file), strings.NewReader(tc.input), &stdout, &stderr); code != 0 || stderr.Len() > 0 {
+				t.Fatalf("exit %d, stderr %q", code, stderr.String())
+			}
+			if stdout.String() != want.String() {
+				t.Errorf("--plot changed the output:\n%s\nwant:\n%s", stdout.String(), want.String())
+			}
+			img := decodePNG(t, file)
+			if b := img.Bounds(); b.Dx() != 800 || b.Dy() != 36+2*250 {
+				t.Errorf("image is %dx%d, want 800x%d", b.Dx(), b.Dy(), 36+2*250)
+			}
+			if n := colours(img); n < 10 && tc.input != "" {
+				t.Errorf("image has %d colours: nothing drawn?", n)
+			}
+		})
+	}
+	runErrorCases(t, map[string]errorCase{
+		"summary": {leaseFigureArgs + " --summary", "", 2, "", "--summary does not go with a leased rule"},
+	})
+	// The report comes first and is complete; the plot fails after it.
+	var stdout, stderr bytes.Buffer
+	args := append(strings.Fields(leaseFigureArgs), "--plot", filepath.Join(t.TempDir(), "no", "dir.png"))
+	if code := runSimulate(args, strings.NewReader(leaseFigureTrace), &stdout, &stderr); code != 1 ||
+		!strings.Contains(stderr.String(), "no such file or directory") || stdout.String() != string(report) {
+		t.Errorf("unwritable plot: exit %d, stderr %q, stdout %q", code, stderr.String(), stdout.String())
 	}
 }

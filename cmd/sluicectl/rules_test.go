@@ -112,3 +112,37 @@ func TestSimulateCountWhen(t *testing.T) {
 		})
 	}
 }
+
+// TestSimulateResponseCost replays an LLM key's calls through a TokenBucket of 10 tokens
+// refilling 1 a second, minimumCost 1, whose trace lines carry the usage each response
+// reported (cost=): the 25 of the first call put the bucket 15 in debt, denied until 16 s
+// later; a FixedWindow of 5 with minimumCost 2 charges 2 for a call reporting 1 (a floor) and
+// 4 for one reporting 4. On the memory store and on a real redis-server.
+func TestSimulateResponseCost(t *testing.T) {
+	trace := fmt.Sprintf("%d llm=k cost=25\n%d llm=k\n%d llm=k\n%d llm=k\n%d llm=k cost=0\n%d plan=p cost=1\n%d plan=p cost=4\n%d plan=p\n",
+		t0, t0+1000, t0+15000, t0+16000, t0+16000, t0+20000, t0+20001, t0+20002)
+	want := decisions(0, "allow charged=llm", 1000, "deny by=llm charged=-", 15000, "deny by=llm charged=-",
+		16000, "allow charged=llm", 16000, "deny by=llm charged=-",
+		20000, "allow charged=plan", 20001, "allow charged=plan", 20002, "deny by=plan charged=-") + "allowed=4 denied=4\n"
+	redis := redisserver.StartTest(t)
+	for _, store := range [][]string{{"--store", "memory"}, {"--store", "redis", "--redis-url", redis.URL()}} {
+		t.Run(store[1], func(t *testing.T) {
+			args := append([]string{"simulate", "rules", "--rule", "llm=TokenBucket,10,10s,responseCost=1",
+				"--rule", "plan=FixedWindow,5,1h,responseCost=2"}, store...)
+			var stdout, stderr bytes.Buffer
+			if code := run(args, strings.NewReader(trace), &stdout, &stderr); code != 0 || stderr.Len() > 0 {
+				t.Fatalf("exit %d, stderr %q", code, stderr.String())
+			}
+			if got := stdout.String(); got != want {
+				t.Errorf("output:\n%s\nwant:\n%s", got, want)
+			}
+		})
+	}
+	for _, bad := range []string{"a=SlidingWindowCounter,5,1h,responseCost=1", "a=FixedWindow,5,1h,responseCost=0",
+		"a=FixedWindow,5,1h,responseCost=6", "a=FixedWindow,5,1h,countWhen=401,responseCost=1"} {
+		var stdout, stderr bytes.Buffer
+		if code := run([]string{"simulate", "rules", "--rule", bad}, strings.NewReader(""), &stdout, &stderr); code == 0 {
+			t.Errorf("--rule %s: exit 0", bad)
+		}
+	}
+}

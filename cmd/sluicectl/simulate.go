@@ -17,11 +17,12 @@ const simulateUsage = `usage: sluicectl simulate --algorithm ALG --limit N (--wi
          [--mode Meter|Queue] [--max-delay D] [--cost N] [--store memory|redis [--redis-url URL]] [--summary]
          [--plot FILE.png [--plot-bucket D]] < arrivals
        sluicectl simulate --algorithm ALG --limit N --window D [--burst N] [--cost N]
-         --pods N --lease-max-age D [--lease-max-units K] [--store memory|redis [--redis-url URL]] < arrivals
+         --pods N --lease-max-age D [--lease-max-units K] [--store memory|redis [--redis-url URL]]
+         [--plot FILE.png [--plot-bucket D]] < arrivals
        sluicectl simulate compare --algorithms ALG,ALG,... --limit N --window D [--burst N]
          [--max-delay D] [--cost N] [--store memory|redis [--redis-url URL]] [--plot FILE.png [--plot-bucket D]]
          [--title TEXT] < arrivals
-       sluicectl simulate rules --rule NAME=ALG,LIMIT,WINDOW[,shadow][,countWhen=CODES] [--rule ...]
+       sluicectl simulate rules --rule NAME=ALG,LIMIT,WINDOW[,shadow][,countWhen=CODES][,responseCost=MIN] [--rule ...]
          [--store memory|redis [--redis-url URL]] < requests
 
 Replays arrivals, one per line in ms since the Unix epoch (non-decreasing; blank lines are
@@ -36,7 +37,10 @@ are spread over --pods simulated sidecars, round robin, or by a second column na
 ("<ms> <pod>"), each leasing units off the one shared store; the same arrivals also go through
 the exact rule on a store of their own. It prints both runs' totals and store calls, the worst
 excess of the leased run over the exact one in any interval, the bound and the interval that
-comes closest to it, and the most units held unused at once.
+comes closest to it, and the most units held unused at once. --plot draws both runs on one
+time axis: the units each admitted per --plot-bucket, and each one's units in the last window
+(in the aligned window for FixedWindow and SlidingWindowCounter) under the exact rule's bound
+and the leased rule's.
 
 compare replays the same arrivals through each algorithm (LeakyBucket/Queue names the leaky
 bucket in Queue mode) and prints, for each, the requests allowed and denied and the most admitted
@@ -45,8 +49,10 @@ in any interval of one window; --plot draws one panel per algorithm.
 rules decides requests against several rules as the sidecar does, all of a request's rules as
 one unit: each line is "<ms> RULE=KEY [RULE=KEY...]", the rules the request matches with its key
 under each (a rule's WINDOW may be PERIOD@ZONE), and status=NNN the response's status, which
-a countWhen=401|500-599 rule charges after the decision only when it is listed; it prints "<ms> allow charged=RULES" or "<ms> deny by=RULES charged=-" (a denied
-request charges no rule), then "allowed=N denied=M".
+a countWhen=401|500-599 rule charges after the decision only when it is listed, and cost=N the
+cost the response reported, which a responseCost=MIN rule (charged MIN at admission) is charged
+beyond MIN after the decision (nothing more without cost=); it prints "<ms> allow charged=RULES"
+or "<ms> deny by=RULES charged=-" (a denied request charges no rule), then "allowed=N denied=M".
 `
 
 // runSimulate implements `sluicectl simulate` and returns the exit code: 0 on success, 1 when the
@@ -124,11 +130,11 @@ func runSimulate(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	}
 	leased := *leaseMaxAge != 0 || *leaseMaxUnits != 0 || *pods != 1
 	if leased {
-		if *summary || *plotFile != "" {
-			fmt.Fprintln(stderr, "sluicectl simulate: --summary and --plot do not go with a leased rule")
+		if *summary {
+			fmt.Fprintln(stderr, "sluicectl simulate: --summary does not go with a leased rule")
 			return 2
 		}
-		return runLeased(stdin, stdout, stderr, lim, *cost, *pods, *leaseMaxAge, *leaseMaxUnits, *storeName, *redisURL)
+		return runLeased(stdin, stdout, stderr, lim, *cost, *pods, *leaseMaxAge, *leaseMaxUnits, *storeName, *redisURL, *plotFile, bucket)
 	}
 	store, closeStore, err := simulate.OpenStore(*storeName, *redisURL)
 	if err != nil {
@@ -153,7 +159,7 @@ func runSimulate(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 
 // runLeased is `sluicectl simulate` of a leased rule over several pods (see simulateUsage).
 func runLeased(stdin io.Reader, stdout, stderr io.Writer, lim limiter.Limit, cost int64, pods int,
-	maxAge time.Duration, maxUnits int64, storeName, redisURL string) int {
+	maxAge time.Duration, maxUnits int64, storeName, redisURL, plotFile string, bucket int64) int {
 	usageErr := func(format string, args ...any) int {
 		fmt.Fprintf(stderr, "sluicectl simulate: "+format+"\n", args...)
 		return 2
@@ -195,6 +201,9 @@ func runLeased(stdin io.Reader, stdout, stderr io.Writer, lim limiter.Limit, cos
 	rep, err := simulate.ReplayFleet(arrivals, open, lim, cost, simulate.Fleet{Pods: pods, Lease: lease.Params{MaxAge: maxAge, MaxUnits: maxUnits}})
 	if err == nil {
 		err = rep.Write(stdout)
+	}
+	if err == nil && plotFile != "" {
+		err = simulate.PlotLease(plotFile, rep, bucket)
 	}
 	if err != nil {
 		fmt.Fprintf(stderr, "sluicectl simulate: %v\n", err)

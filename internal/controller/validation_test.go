@@ -53,6 +53,20 @@ func countWhen(codes ...intstr.IntOrString) func(*v1alpha1.RateLimitPolicy) {
 	return rule0(func(r *v1alpha1.Rule) { r.CountWhen = &v1alpha1.CountWhen{StatusCodes: codes} })
 }
 
+// responseCost makes the first rule take its cost from the response's header X-Usage-Tokens
+// (jsonField when field is set).
+func responseCost(field string, minimum ...int64) func(*v1alpha1.RateLimitPolicy) {
+	return rule0(func(r *v1alpha1.Rule) {
+		r.ResponseCost = &v1alpha1.ResponseCost{JSONField: field}
+		if field == "" {
+			r.ResponseCost.Header = "X-Usage-Tokens"
+		}
+		if len(minimum) > 0 {
+			r.ResponseCost.MinimumCost = ptr.To(minimum[0])
+		}
+	})
+}
+
 func queue(maxDelay string) func(*v1alpha1.RateLimitPolicy) {
 	return rule0(func(r *v1alpha1.Rule) {
 		r.Algorithm = v1alpha1.LeakyBucket
@@ -273,6 +287,53 @@ var _ = Describe("RateLimitPolicy validation", func() {
 			p.Spec.Rules[0].CountWhen = &v1alpha1.CountWhen{StatusCodes: []intstr.IntOrString{}}
 		}, "spec.rules[0].countWhen.statusCodes", "should have at least 1 items"),
 		Entry("calendar zone Local", calendar(v1alpha1.Day, "Local"), "spec.rules[0].calendar.timeZone", "must be an IANA time zone name"),
+		Entry("responseCost with header and jsonField", func(p *v1alpha1.RateLimitPolicy) {
+			responseCost("usage.total_tokens")(p)
+			p.Spec.Rules[0].ResponseCost.Header = "X-Usage-Tokens"
+		}, "spec.rules[0].responseCost", "set exactly one of header and jsonField"),
+		Entry("responseCost with neither", rule0(func(r *v1alpha1.Rule) { r.ResponseCost = &v1alpha1.ResponseCost{} }),
+			"spec.rules[0].responseCost", "set exactly one of header and jsonField"),
+		Entry("responseCost jsonField with an empty key", responseCost("usage..total_tokens"),
+			"spec.rules[0].responseCost.jsonField", "must be a dotted path of object keys"),
+		Entry("responseCost jsonField with a space", responseCost("usage.total tokens"),
+			"spec.rules[0].responseCost.jsonField", "must be a dotted path of object keys"),
+		Entry("responseCost header that is no header name", rule0(func(r *v1alpha1.Rule) {
+			r.ResponseCost = &v1alpha1.ResponseCost{Header: "X Usage"}
+		}), "spec.rules[0].responseCost.header", "must be an HTTP header name"),
+		Entry("responseCost minimumCost 0", responseCost("", 0), "spec.rules[0].responseCost.minimumCost", "greater than or equal to 1"),
+		Entry("responseCost minimumCost above the limit", responseCost("", 11), "spec.rules[0].responseCost.minimumCost", "minimumCost must not exceed burst"),
+		Entry("responseCost on SlidingWindowCounter", func(p *v1alpha1.RateLimitPolicy) {
+			algorithm(v1alpha1.SlidingWindowCounter)(p)
+			responseCost("usage.total_tokens")(p)
+		}, "spec.rules[0].responseCost", "responseCost applies only to FixedWindow (with window or calendar) and TokenBucket"),
+		Entry("responseCost on SlidingWindowLog", func(p *v1alpha1.RateLimitPolicy) {
+			algorithm(v1alpha1.SlidingWindowLog)(p)
+			responseCost("")(p)
+		}, "spec.rules[0].responseCost", "responseCost applies only to FixedWindow (with window or calendar) and TokenBucket"),
+		Entry("responseCost on LeakyBucket", func(p *v1alpha1.RateLimitPolicy) {
+			algorithm(v1alpha1.LeakyBucket)(p)
+			responseCost("")(p)
+		}, "spec.rules[0].responseCost", "a LeakyBucket has already handed out its delays"),
+		Entry("responseCost with cost", func(p *v1alpha1.RateLimitPolicy) {
+			responseCost("")(p)
+			p.Spec.Rules[0].Cost = ptr.To[int64](2)
+		}, "spec.rules[0].responseCost", "cost and costHeader do not apply"),
+		Entry("responseCost with costHeader", func(p *v1alpha1.RateLimitPolicy) {
+			responseCost("")(p)
+			p.Spec.Rules[0].CostHeader = "X-Cost"
+		}, "spec.rules[0].responseCost", "cost and costHeader do not apply"),
+		Entry("responseCost with countWhen", func(p *v1alpha1.RateLimitPolicy) {
+			responseCost("")(p)
+			countWhen(intstr.FromInt32(200))(p)
+		}, "spec.rules[0].responseCost", "responseCost and countWhen cannot be combined"),
+		Entry("responseCost with lease", func(p *v1alpha1.RateLimitPolicy) {
+			responseCost("")(p)
+			lease("100ms")(p)
+		}, "spec.rules[0].lease", "lease does not apply with responseCost: leased units are spent in advance"),
+		Entry("a descriptor rule with responseCost", func(p *v1alpha1.RateLimitPolicy) {
+			domainOnly(p)
+			responseCost("usage.total_tokens")(p)
+		}, "spec.rules[0].responseCost", "cannot use responseCost: Envoy's rate limit service never sees the response"),
 	)
 
 	DescribeTable("accepts valid policies, online and offline",
@@ -326,6 +387,19 @@ var _ = Describe("RateLimitPolicy validation", func() {
 			countWhen(intstr.FromString("400-499"))(p)
 		}),
 		Entry("a monthly calendar quota in Europe/Berlin", calendar(v1alpha1.Month, "Europe/Berlin")),
+		Entry("responseCost from a header on a TokenBucket", responseCost("")),
+		Entry("responseCost from a JSON field, minimumCost at burst", func(p *v1alpha1.RateLimitPolicy) {
+			burst(20)(p)
+			responseCost("usage.total_tokens", 20)(p)
+		}),
+		Entry("responseCost on a FixedWindow", func(p *v1alpha1.RateLimitPolicy) {
+			algorithm(v1alpha1.FixedWindow)(p)
+			responseCost("usageMetadata.totalTokenCount")(p)
+		}),
+		Entry("responseCost on a monthly calendar quota", func(p *v1alpha1.RateLimitPolicy) {
+			calendar(v1alpha1.Month, "Europe/Berlin")(p)
+			responseCost("usage.total_tokens", 10)(p)
+		}),
 		Entry("a weekly calendar quota in the default zone", calendar(v1alpha1.Week, "")),
 		Entry("a daily calendar quota in America/Argentina/Buenos_Aires", calendar(v1alpha1.Day, "America/Argentina/Buenos_Aires")),
 		Entry("every key source and match", func(p *v1alpha1.RateLimitPolicy) {

@@ -16,6 +16,7 @@ import (
 	"io"
 	"net/netip"
 	"slices"
+	"strings"
 	"time"
 
 	kgzip "github.com/klauspost/compress/gzip"
@@ -185,6 +186,41 @@ type Rule struct {
 	// request is checked at admission and charged after the response only if its status is
 	// in one of the ranges.
 	CountWhen []StatusRange `json:"countWhen,omitempty"`
+	// ResponseCost, when set, takes the request's cost from its response: Cost (its
+	// minimumCost) is charged at admission, and what the response reports beyond it when the
+	// response ends.
+	ResponseCost *ResponseCost `json:"responseCost,omitempty"`
+}
+
+// ResponseCost is where a response reports its request's cost: exactly one of Header and
+// JSONField.
+type ResponseCost struct {
+	// Header is the canonical name of the response header whose value is the cost.
+	Header string `json:"header,omitempty"`
+	// JSONField is the dotted path of object keys to the cost in a JSON body, or in the last
+	// server-sent event that carries it.
+	JSONField string `json:"jsonField,omitempty"`
+}
+
+// MaxJSONFieldDepth bounds the keys of a ResponseCost's JSONField.
+const MaxJSONFieldDepth = 16
+
+// Path is JSONField's keys, outermost first; nil for a header.
+func (rc ResponseCost) Path() []string {
+	if rc.JSONField == "" {
+		return nil
+	}
+	return strings.Split(rc.JSONField, ".")
+}
+
+func (rc ResponseCost) validate() error {
+	if (rc.Header == "") == (rc.JSONField == "") {
+		return errors.New("responseCost needs exactly one of header and jsonField")
+	}
+	if path := rc.Path(); len(path) > MaxJSONFieldDepth || slices.Contains(path, "") {
+		return fmt.Errorf("responseCost.jsonField %q is not a dotted path of at most %d keys", rc.JSONField, MaxJSONFieldDepth)
+	}
+	return nil
 }
 
 // StatusRange is an inclusive range of HTTP statuses, Lo <= Hi, both in 100..599.
@@ -379,6 +415,31 @@ func (p Policy) Validate() error {
 		if r.Descriptor() && len(r.CountWhen) > 0 {
 			return fmt.Errorf("rule %s matches descriptors and has countWhen, which Envoy's rate limit service cannot: it never sees the response", r.Name)
 		}
+		if r.Descriptor() && r.ResponseCost != nil {
+			return fmt.Errorf("rule %s matches descriptors and has responseCost, which Envoy's rate limit service cannot: it never sees the response", r.Name)
+		}
+	}
+	return nil
+}
+
+// validateResponseCost checks r's responseCost, if any, and what it does not combine with.
+func (r Rule) validateResponseCost() error {
+	rc := r.ResponseCost
+	if rc == nil {
+		return nil
+	}
+	if err := rc.validate(); err != nil {
+		return err
+	}
+	switch {
+	case !r.LimiterLimit().LateChargeable():
+		return fmt.Errorf("responseCost applies only to FixedWindow and TokenBucket, not %s", r.Algorithm)
+	case r.CostHeader != "":
+		return errors.New("responseCost and costHeader are both set")
+	case len(r.CountWhen) > 0:
+		return errors.New("responseCost and countWhen are both set")
+	case r.Lease != nil:
+		return errors.New("responseCost and lease are both set: leased units are spent in advance")
 	}
 	return nil
 }
@@ -405,6 +466,9 @@ func (r Rule) validate() error {
 	}
 	if len(r.CountWhen) > 0 && !r.LimiterLimit().LateChargeable() {
 		return fmt.Errorf("countWhen applies only to FixedWindow and TokenBucket, not %s", r.Algorithm)
+	}
+	if err := r.validateResponseCost(); err != nil {
+		return err
 	}
 	if r.Mode != Enforce && r.Mode != Shadow {
 		return fmt.Errorf("mode %q is not Enforce or Shadow", r.Mode)

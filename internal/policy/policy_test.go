@@ -52,6 +52,32 @@ func TestParseRejectsWhatReadersCannotUse(t *testing.T) {
 			p.Rules[0].Key = []KeyPart{{Source: SourceDescriptor, Name: "remote_address"}}
 			p.Rules[0].CountWhen = []StatusRange{{Lo: 401, Hi: 401}}
 		}, "matches descriptors and has countWhen"},
+		"responseCost with neither source": {func(d *Document) { d.Policies[0].Rules[0].ResponseCost = &ResponseCost{} }, "exactly one of header and jsonField"},
+		"responseCost with both sources": {func(d *Document) {
+			d.Policies[0].Rules[0].ResponseCost = &ResponseCost{Header: "X-Usage", JSONField: "usage"}
+		}, "exactly one of header and jsonField"},
+		"responseCost on an empty key": {func(d *Document) {
+			d.Policies[0].Rules[0].ResponseCost = &ResponseCost{JSONField: "usage..total"}
+		}, "not a dotted path"},
+		"responseCost on a log": {func(d *Document) {
+			d.Policies[0].Rules[0].Algorithm, d.Policies[0].Rules[0].Burst = "SlidingWindowLog", 0
+			d.Policies[0].Rules[0].ResponseCost = &ResponseCost{Header: "X-Usage"}
+		}, "responseCost applies only to FixedWindow and TokenBucket"},
+		"responseCost with countWhen": {func(d *Document) {
+			d.Policies[0].Rules[0].ResponseCost = &ResponseCost{Header: "X-Usage"}
+			d.Policies[0].Rules[0].CountWhen = []StatusRange{{Lo: 200, Hi: 299}}
+		}, "responseCost and countWhen"},
+		"responseCost with a lease": {func(d *Document) {
+			d.Policies[0].Rules[0].ResponseCost = &ResponseCost{Header: "X-Usage"}
+			d.Policies[0].Rules[0].Lease = &Lease{MaxAgeMs: 100}
+		}, "responseCost and lease"},
+		"responseCost on a descriptor rule": {func(d *Document) {
+			p := &d.Policies[0]
+			p.Domain = "edge"
+			p.Rules[0].Match = &Match{Descriptors: []DescriptorEntry{{Key: "remote_address"}}}
+			p.Rules[0].Key = []KeyPart{{Source: SourceDescriptor, Name: "remote_address"}}
+			p.Rules[0].ResponseCost = &ResponseCost{JSONField: "usage.total_tokens"}
+		}, "matches descriptors and has responseCost"},
 		"pods unsorted":   {func(d *Document) { d.Policies[0].Replicas, d.Policies[0].Pods = 2, []string{"b", "a"} }, "not sorted"},
 		"pods twice":      {func(d *Document) { d.Policies[0].Replicas, d.Policies[0].Pods = 2, []string{"a", "a"} }, "not sorted"},
 		"pods miscounted": {func(d *Document) { d.Policies[0].Replicas, d.Policies[0].Pods = 3, []string{"a", "b"} }, "replicas 3"},

@@ -124,14 +124,11 @@ func compileRule(r v1alpha1.Rule) (policy.Rule, error) {
 	if r.CostHeader != "" {
 		out.CostHeader = canonicalHeader(string(r.CostHeader))
 	}
-	if cw := r.CountWhen; cw != nil {
-		for i, sc := range cw.StatusCodes {
-			sr, err := statusRange(sc)
-			if err != nil {
-				return policy.Rule{}, fmt.Errorf("countWhen.statusCodes[%d]: %w", i, err)
-			}
-			out.CountWhen = append(out.CountWhen, sr)
-		}
+	if out.CountWhen, err = compileCountWhen(r.CountWhen); err != nil {
+		return policy.Rule{}, err
+	}
+	if rc := r.ResponseCost; rc != nil {
+		out.ResponseCost, out.Cost = compileResponseCost(rc)
 	}
 	if m := r.Match; m != nil && (m.PathPrefix != "" || len(m.Methods) > 0 || len(m.Headers) > 0 || len(m.Descriptors) > 0) {
 		out.Match = &policy.Match{PathPrefix: m.PathPrefix}
@@ -155,6 +152,35 @@ func compileRule(r v1alpha1.Rule) (policy.Rule, error) {
 		out.Key = append(out.Key, part)
 	}
 	return out, nil
+}
+
+// compileCountWhen returns cw's codes and ranges; nil for none.
+func compileCountWhen(cw *v1alpha1.CountWhen) ([]policy.StatusRange, error) {
+	if cw == nil {
+		return nil, nil
+	}
+	var out []policy.StatusRange
+	for i, sc := range cw.StatusCodes {
+		sr, err := statusRange(sc)
+		if err != nil {
+			return nil, fmt.Errorf("countWhen.statusCodes[%d]: %w", i, err)
+		}
+		out = append(out, sr)
+	}
+	return out, nil
+}
+
+// compileResponseCost returns rc's source and its minimumCost, the rule's up-front cost (1 by
+// default).
+func compileResponseCost(rc *v1alpha1.ResponseCost) (*policy.ResponseCost, int64) {
+	out := &policy.ResponseCost{JSONField: rc.JSONField}
+	if rc.Header != "" {
+		out.Header = canonicalHeader(string(rc.Header))
+	}
+	if rc.MinimumCost != nil {
+		return out, *rc.MinimumCost
+	}
+	return out, 1
 }
 
 func compileKeyPart(k v1alpha1.KeyPart) (policy.KeyPart, error) {

@@ -368,3 +368,31 @@ func TestCompileCountWhen(t *testing.T) {
 		t.Errorf("countWhen on SlidingWindowCounter compiled: %v", err)
 	}
 }
+
+// TestCompileResponseCost renders responseCost's source, canonical header names, and its
+// minimumCost as the rule's up-front cost (1 by default).
+func TestCompileResponseCost(t *testing.T) {
+	p := &v1alpha1.RateLimitPolicy{}
+	p.Name = "p"
+	p.Spec.PodSelector = &metav1.LabelSelector{}
+	p.Spec.Rules = []v1alpha1.Rule{{Name: "tokens", Key: []v1alpha1.KeyPart{{ClientIP: &v1alpha1.ClientIPKey{}}}, Algorithm: v1alpha1.TokenBucket,
+		Limit: 1000, Window: "1h", ResponseCost: &v1alpha1.ResponseCost{Header: "x-usage-tokens"}}}
+	got, err := Compile(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r := got.Rules[0]; r.ResponseCost == nil || *r.ResponseCost != (policy.ResponseCost{Header: "X-Usage-Tokens"}) || r.Cost != 1 {
+		t.Errorf("compiled %+v, responseCost %+v", r, r.ResponseCost)
+	}
+	p.Spec.Rules[0].ResponseCost = &v1alpha1.ResponseCost{JSONField: "usage.total_tokens", MinimumCost: ptr.To[int64](50)}
+	if got, err = Compile(p); err != nil {
+		t.Fatal(err)
+	}
+	if r := got.Rules[0]; r.ResponseCost == nil || *r.ResponseCost != (policy.ResponseCost{JSONField: "usage.total_tokens"}) || r.Cost != 50 {
+		t.Errorf("compiled %+v, responseCost %+v", r, r.ResponseCost)
+	}
+	p.Spec.Rules[0].Algorithm = v1alpha1.SlidingWindowCounter
+	if _, err := Compile(p); err == nil || !strings.Contains(err.Error(), "responseCost applies only to FixedWindow and TokenBucket") {
+		t.Errorf("responseCost on SlidingWindowCounter compiled: %v", err)
+	}
+}

@@ -93,6 +93,11 @@ type LeaseReport struct {
 	// MaxHeld is the most units the pods held unused at once (after a decision); HeldBound
 	// pods × maxUnits.
 	MaxHeld, HeldBound int64
+
+	// For PlotLease: the arrivals' instants, the instants each run admitted at (ms, in
+	// order), and the cost of every request.
+	arrivals, exactTimes, leasedTimes []int64
+	cost                              int64
 }
 
 // ReplayFleet replays arrivals at cost through Fleet.Pods engines sharing the store leased
@@ -121,12 +126,13 @@ func ReplayFleet(arrivals []Arrival, open func() (lease.Store, func(), error), l
 	for i := range pods {
 		pods[i] = lease.New(leasedStore, lease.Options{})
 	}
-	rep := &LeaseReport{Lim: lim, Fleet: fleet, HeldBound: int64(fleet.Pods) * fleet.Lease.MaxUnitsFor(lim)}
+	rep := &LeaseReport{Lim: lim, Fleet: fleet, HeldBound: int64(fleet.Pods) * fleet.Lease.MaxUnitsFor(lim), cost: cost}
 	var leasedAdmits, exactAdmits []lease.Admit
 	held := make([]int64, fleet.Pods)
 	var heldSum int64
 	for i, a := range arrivals {
 		at := time.UnixMilli(a.At)
+		rep.arrivals = append(rep.arrivals, a.At)
 		r, err := exactStore.Take(ctx, key, lim, cost, at)
 		if err != nil {
 			return nil, fmt.Errorf("arrival %d: exact: %w", i+1, err)
@@ -135,6 +141,7 @@ func ReplayFleet(arrivals []Arrival, open func() (lease.Store, func(), error), l
 		if r.Allowed {
 			rep.Exact.Allowed++
 			exactAdmits = append(exactAdmits, lease.Admit{At: a.At, Units: cost})
+			rep.exactTimes = append(rep.exactTimes, a.At)
 		} else {
 			rep.Exact.Denied++
 		}
@@ -152,6 +159,7 @@ func ReplayFleet(arrivals []Arrival, open func() (lease.Store, func(), error), l
 		if r.Allowed {
 			rep.Leased.Allowed++
 			leasedAdmits = append(leasedAdmits, lease.Admit{At: a.At, Units: cost})
+			rep.leasedTimes = append(rep.leasedTimes, a.At)
 		} else {
 			rep.Leased.Denied++
 		}

@@ -168,10 +168,23 @@ func Plot(file, title string, runs []*Run, bucket int64) error {
 		row[0].Y.Max = max(ymax, 1) * headroom
 	}
 
-	img := vgimg.NewWith(vgimg.UseWH(px(plotWidthPx), px(float64(plotHeight(len(runs))))), vgimg.UseDPI(plotDPI))
+	if len(runs) == 1 {
+		title = "" // the panel's own title says it
+	}
+	panels := make([]*plot.Plot, len(plots))
+	for i, row := range plots {
+		panels[i] = row[0]
+	}
+	return writeFigure(file, float64(plotHeight(len(runs))), title, panels)
+}
+
+// writeFigure draws panels one above the other under a bold title (none when empty) into a
+// PNG file of heightPx pixels.
+func writeFigure(file string, heightPx float64, title string, panels []*plot.Plot) error {
+	img := vgimg.NewWith(vgimg.UseWH(px(plotWidthPx), px(heightPx)), vgimg.UseDPI(plotDPI))
 	dc := draw.New(img)
-	tiles := draw.Tiles{Rows: len(runs), Cols: 1, PadTop: px(4), PadBottom: px(4), PadLeft: px(4), PadRight: px(12), PadY: px(6)}
-	if len(runs) > 1 {
+	tiles := draw.Tiles{Rows: len(panels), Cols: 1, PadTop: px(4), PadBottom: px(4), PadLeft: px(4), PadRight: px(12), PadY: px(6)}
+	if title != "" {
 		tiles.PadTop = px(figureTitlePx)
 		sty := text.Style{
 			Color: color.Black, Font: font.From(plot.DefaultFont, 14),
@@ -180,9 +193,13 @@ func Plot(file, title string, runs []*Run, bucket int64) error {
 		sty.Font.Weight = xfont.WeightBold
 		dc.FillText(sty, vg.Point{X: dc.Center().X, Y: dc.Max.Y - px(8)}, title)
 	}
-	canvases := plot.Align(plots, tiles, dc)
-	for i, row := range plots {
-		row[0].Draw(canvases[i][0])
+	rows := make([][]*plot.Plot, len(panels))
+	for i, p := range panels {
+		rows[i] = []*plot.Plot{p}
+	}
+	canvases := plot.Align(rows, tiles, dc)
+	for i, p := range panels {
+		p.Draw(canvases[i][0])
 	}
 
 	f, err := os.Create(file)

@@ -77,6 +77,10 @@ type Rule struct {
 	// CountWhen, when not empty, makes the rule check at admission and charge after the
 	// response only when its status is in one of the ranges.
 	CountWhen []policy.StatusRange
+	// ResponseCost, when set, takes the request's cost from its response: Cost (the
+	// minimumCost) is charged at admission, the rest of what the response reports when it
+	// ends.
+	ResponseCost *ResponseCost
 	// Queue is true for LeakyBucket Queue rules, which delay requests.
 	Queue bool
 	// Descriptors are the entries a descriptor rule matches (see policy.Match); nil for an
@@ -91,6 +95,15 @@ type Rule struct {
 	// Quoted is the rule name as a structured-field string, for the RateLimit field.
 	Quoted  string
 	Metrics *metrics.Rule
+}
+
+// ResponseCost is a compiled policy.ResponseCost: where a response reports its cost.
+type ResponseCost struct {
+	// Header is the canonical name of the response header carrying the cost; empty for a
+	// JSON field.
+	Header string
+	// Path is the JSON field's keys, outermost first; nil for a header.
+	Path []string
 }
 
 // CostOf returns the cost of r under the rule: CostHeader's value when it is a positive
@@ -225,6 +238,11 @@ func compilePolicyRules(p policy.Policy, podName string, m *metrics.Metrics, des
 			Quoted:      quoted,
 			Metrics:     m.ForRule(p.Name, r.Name),
 		})
+		if rc := r.ResponseCost; rc != nil {
+			rule := cp.Rules[len(cp.Rules)-1]
+			rule.ResponseCost = &ResponseCost{Header: rc.Header, Path: rc.Path()}
+			rule.Metrics.ResponseCostMissing = m.ResponseCostMissing(p.Name, r.Name)
+		}
 	}
 	return cp, nil
 }

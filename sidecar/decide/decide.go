@@ -110,6 +110,15 @@ func (d *Decider) Remote() Store { return d.opts.Remote }
 // Local is the fallback store (Options.Local), for late charges.
 func (d *Decider) Local() Store { return d.opts.Local }
 
+// KeepLate keeps n units of a late charge (countWhen, responseCost) that the local store took
+// for key while Remote could not decide, with the admissions of that time, to be charged to
+// Remote once it is back; lim is the shared limit. Nothing is kept without a backlog.
+func (d *Decider) KeepLate(key string, lim limiter.Limit, n int64, now time.Time) {
+	if d.backlog != nil {
+		d.backlog.add(key, lim, n, now.UnixMilli())
+	}
+}
+
 // TakeRequest decides takes (rules[i]'s take, of policy pols[i]) into res: through Redis when
 // the breaker allows, else by each policy's failure mode: Open rules are dropped (admitted
 // without a decision), a Closed rule makes the request Unavailable, Local rules are Decided
@@ -126,7 +135,8 @@ func (d *Decider) TakeRequest(ctx context.Context, pols []*config.Policy, rules 
 	}
 	// A request whose one rule is leased spends the key's live lease without Redis, and
 	// without asking the breaker (a local spend is no sign of Redis's health); a request with
-	// several rules is Decided as one unit in Redis, leased rules included.
+	// several rules is Decided as one unit, its leased rules reserved from their leases and
+	// the others in Redis (remoteLeased).
 	leased := d.opts.Leases != nil && len(takes) == 1 && rules[0].Lease != nil
 	if leased {
 		if r, ok := d.opts.Leases.Spend(takes[0].Key, takes[0].Limit, *rules[0].Lease, takes[0].N, now); ok {
@@ -138,14 +148,22 @@ func (d *Decider) TakeRequest(ctx context.Context, pols []*config.Policy, rules 
 	brks := d.breakers(ctx, takes, bbuf[:0])
 	if allow(brks) {
 		var err error
-		if leased {
+		called := true
+		switch {
+		case leased:
 			res[0], err = d.opts.Leases.Take(ctx, takes[0].Key, takes[0].Limit, *rules[0].Lease, takes[0].N, now)
-		} else {
+		case d.opts.Leases != nil && len(takes) > 1 && len(takes) <= maxInline:
+			called, err = d.remoteLeased(ctx, pols, rules, takes, now, res)
+		default:
 			err = d.remote(ctx, takes, now, res)
 		}
 		if err == nil {
 			for _, b := range brks {
-				b.Success()
+				if called {
+					b.Success()
+				} else {
+					b.Release() // decided from leases alone: no sign of Redis's health
+				}
 			}
 			if b := d.backlog; b != nil && b.due(now) {
 				go d.flushBacklog()
@@ -206,6 +224,76 @@ func (d *Decider) remote(ctx context.Context, takes []limiter.Take, now time.Tim
 	return err
 }
 
+// remoteLeased decides a request of several rules as one unit when some are leased: each
+// leased rule's units are reserved from its key's lease (lease.Engine.Reserve), the other
+// rules are decided in Redis in one call, and the reservations are then committed if the
+// request is admitted, else cancelled, so that a request denied by one rule spends no other
+// rule's units, leased or not (issue 21). While deciding, the rules decided in Redis come
+// first in pols, rules, takes and res, the reserved ones after; the order is restored before
+// it returns. called reports whether Redis was asked anything. On an error nothing is spent.
+func (d *Decider) remoteLeased(ctx context.Context, pols []*config.Policy, rules []*config.Rule, takes []limiter.Take, now time.Time, res []limiter.Result) (called bool, err error) {
+	var rsv [maxInline]lease.Reservation
+	var moved [maxInline]int // moved[j]: where the rule now at j came from (j >= end)
+	end := len(takes)
+	swap := func(i, j int) {
+		pols[i], pols[j] = pols[j], pols[i]
+		rules[i], rules[j] = rules[j], rules[i]
+		takes[i], takes[j] = takes[j], takes[i]
+		res[i], res[j] = res[j], res[i]
+	}
+	restore := func() {
+		for j := end; j < len(takes); j++ { // undo the swaps, the last one first
+			swap(moved[j], j)
+		}
+	}
+	cancel := func() {
+		for j := end; j < len(takes); j++ {
+			d.opts.Leases.Cancel(rsv[j])
+		}
+		restore()
+	}
+	// Reserve from the end, moving each reserved rule behind the unreserved ones.
+	for i := len(takes) - 1; i >= 0; i-- {
+		if rules[i].Lease == nil || takes[i].Check {
+			continue
+		}
+		r, v, ok, err := d.opts.Leases.Reserve(ctx, takes[i].Key, takes[i].Limit, *rules[i].Lease, takes[i].N, now)
+		if err != nil {
+			cancel()
+			return true, err
+		}
+		if !ok {
+			continue
+		}
+		called = called || v.Issued()
+		end--
+		swap(i, end)
+		res[end], rsv[end], moved[end] = r, v, i
+	}
+	if end > 0 {
+		called = true
+		if err := d.remote(ctx, takes[:end], now, res[:end]); err != nil {
+			cancel()
+			return true, err
+		}
+	}
+	admitted := limiter.Admitted(takes, res)
+	for i := range end {
+		if rules[i].Lease != nil && !takes[i].Check {
+			d.opts.Leases.Observe(takes[i].Key, takes[i].Limit, *rules[i].Lease, takes[i].N, res[i], admitted && res[i].Allowed)
+		}
+	}
+	if !admitted {
+		cancel()
+		return called, nil
+	}
+	for j := end; j < len(takes); j++ {
+		d.opts.Leases.Commit(rsv[j])
+	}
+	restore()
+	return called, nil
+}
+
 // takeLocal decides takes with the local store and this pod's share of each rule's limit. It
 // rewrites takes' limits and costs to the shares. With a backlog (Redis could not decide), an
 // admitted request's allowed takes are kept in it at their cost under the shared limit.
@@ -236,7 +324,7 @@ func (d *Decider) takeLocal(ctx context.Context, rules []*config.Rule, takes []l
 	if costs != nil && limiter.Admitted(takes, res) {
 		nowMs := now.UnixMilli()
 		for i, rule := range rules {
-			if res[i].Allowed {
+			if res[i].Allowed && !takes[i].Check { // a check charges nothing (KeepLate may, later)
 				d.backlog.add(takes[i].Key, rule.Limit, costs[i], nowMs)
 			}
 		}

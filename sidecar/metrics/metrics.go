@@ -44,6 +44,8 @@ type Metrics struct {
 	// became of them: "charged" to Redis when it was back, "expired" (their window passed
 	// first), "dropped" (the backlog was full, see proxy.Options.BacklogMaxKeys).
 	OutageUnits *prometheus.CounterVec
+
+	responseCostMissing *prometheus.CounterVec
 }
 
 // New creates the collectors and registers them, with the Go and process collectors, on a new
@@ -66,7 +68,7 @@ func New() *Metrics {
 		}),
 		RedisErrors: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "sluice_redis_errors_total",
-			Help: "Redis calls that failed, by kind (timeout, unavailable; late_charge: a countWhen charge after the response).",
+			Help: "Redis calls that failed, by kind (timeout, unavailable; late_charge: a countWhen or responseCost charge after the response).",
 		}, []string{"kind"}),
 		BreakerState: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "sluice_breaker_state",
@@ -109,10 +111,14 @@ func New() *Metrics {
 			Name: "sluice_outage_units_total",
 			Help: "Units admitted on the local share while Redis could not decide, by outcome: charged to Redis once it was back, expired with their window first, or dropped (backlog full).",
 		}, []string{"outcome"}),
+		responseCostMissing: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "sluice_response_cost_missing_total",
+			Help: "Responses of responseCost rules that reported no valid cost (no header or field, a value that is no non-negative integer, a body too large to search, or no response from the upstream), by policy and rule: such a request was charged its minimumCost.",
+		}, []string{"policy", "rule"}),
 	}
 	m.Registry.MustRegister(m.requests, m.fallback, m.DecisionSeconds, m.RedisErrors, m.BreakerState,
 		m.BreakerTransitions, m.ConfigGeneration, m.ConfigReloads, m.ReloadFailures, m.ConfigPolicies,
-		m.QueueDelaySeconds, m.QueueAbandoned, m.UpstreamErrors, m.OutageUnits,
+		m.QueueDelaySeconds, m.QueueAbandoned, m.UpstreamErrors, m.OutageUnits, m.responseCostMissing,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m
 }
@@ -145,6 +151,14 @@ func (m *Metrics) RegisterLeases(stats func() LeaseStats) {
 // request does no label lookup.
 type Rule struct {
 	Allowed, Denied, ShadowDenied, NotCharged prometheus.Counter
+	// ResponseCostMissing is set for a responseCost rule (see Metrics.ResponseCostMissing).
+	ResponseCostMissing prometheus.Counter
+}
+
+// ResponseCostMissing returns the sluice_response_cost_missing_total counter of a responseCost
+// rule; it is created only for those, so other rules have no such series.
+func (m *Metrics) ResponseCostMissing(policyName, rule string) prometheus.Counter {
+	return m.responseCostMissing.WithLabelValues(policyName, rule)
 }
 
 // ForRule returns the counters of a rule.

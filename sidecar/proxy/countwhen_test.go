@@ -5,7 +5,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus/testutil"
+
 	"github.com/sluice-dev/sluice/internal/policy"
+	"github.com/sluice-dev/sluice/sidecar/breaker"
 	st "github.com/sluice-dev/sluice/sidecar/internal/sidecartest"
 )
 
@@ -47,4 +50,36 @@ func TestCountWhenCountsOnlyMatchingResponses(t *testing.T) {
 			})
 		}
 	}
+}
+
+// TestCountWhenDuringAnOutageChargesRedisOnlyWhatCounted: requests a countWhen rule admitted on
+// the local share while Redis was down go to Redis once it is back only if their responses
+// counted (one 401 among the 200s): the check at admission charged nothing.
+func TestCountWhenDuringAnOutageChargesRedisOnlyWhatCounted(t *testing.T) {
+	if testing.Short() {
+		t.Skip("stops and restarts redis-server")
+	}
+	rule := st.Rule("login-failures", 100, time.Hour, func(r *policy.Rule) {
+		r.Algorithm, r.Burst = "FixedWindow", 0
+		r.CountWhen = []policy.StatusRange{{Lo: 401, Hi: 401}}
+	})
+	e := newEnv(t, st.Doc(t, st.Policy("auth", []policy.Rule{rule})), envOpt{cooldown: 50 * time.Millisecond, timeout: 2 * time.Second})
+	e.redis.Kill()
+	for _, path := range []string{"/status/200", "/status/401", "/status/200"} {
+		if resp, body := e.do("POST", path, nil); resp.StatusCode != 200 && resp.StatusCode != 401 {
+			t.Fatalf("%s during the outage: %d %s", path, resp.StatusCode, body)
+		}
+	}
+	e.redis.Restart()
+	charged := e.m.OutageUnits.WithLabelValues("charged")
+	st.Eventually(t, 10*time.Second, func() error {
+		e.do("POST", "/status/200", nil) // not counted, wherever it is decided
+		if s := e.brk.State(); s != breaker.Closed {
+			return fmt.Errorf("breaker %s", s)
+		}
+		if got := testutil.ToFloat64(charged); got != 1 {
+			return fmt.Errorf("%v units charged to Redis, want the one 401", got)
+		}
+		return nil
+	})
 }

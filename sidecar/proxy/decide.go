@@ -68,11 +68,15 @@ type decision struct {
 	// late are the charges a passed request owes once its response is known (countWhen);
 	// settle makes them.
 	late []lateCharge
+	// cost are the passed request's responseCost charges, n being what was charged at
+	// admission: settleCost charges the rest once the response has ended, and settle counts
+	// them missing when no response was watched.
+	cost []lateCharge
 }
 
-// lateCharge is a countWhen rule's charge, made after the response if its status counts, on
-// the store that decided the request (local is true for the local store, with this pod's
-// share and cost).
+// lateCharge is a countWhen or responseCost rule's charge, made after the response, on the
+// store that decided the request (local is true for the local store, with this pod's share
+// and cost).
 type lateCharge struct {
 	rule  *config.Rule
 	key   string
@@ -84,22 +88,35 @@ type lateCharge struct {
 // settle makes a passed request's late charges for a response of status: those of the rules
 // whose countWhen lists it. A charge Redis cannot take is lost (counted in RedisErrors): the
 // request was admitted already, and the local store holds another share.
+//
+// Responses no costScan watched (the sidecar's own 502, an upgrade) report no cost: d's
+// responseCost charges stay at what admission charged, and count as missing.
 func (h *Handler) settle(d *decision, status int) {
 	for i := range d.late {
 		c := &d.late[i]
-		if !policy.Counts(c.rule.CountWhen, status) {
-			continue
-		}
-		now := h.opts.Clock.Now()
-		if c.local {
-			_, _ = h.opts.Local.Charge(context.Background(), c.key, c.lim, c.n, now)
-			continue
-		}
-		if _, err := h.opts.Remote.Charge(context.Background(), c.key, c.lim, c.n, now); err != nil {
-			h.opts.Metrics.RedisErrors.WithLabelValues("late_charge").Inc()
+		if policy.Counts(c.rule.CountWhen, status) {
+			h.charge(c, c.n)
 		}
 	}
 	d.late = nil
+	if len(d.cost) > 0 {
+		h.settleCost(d.cost, nil)
+		d.cost = nil
+	}
+}
+
+// charge makes n units of c's late charge on the store that decided the request. A charge
+// on the local share is kept for Redis too, as the admissions of the outage are.
+func (h *Handler) charge(c *lateCharge, n int64) {
+	now := h.opts.Clock.Now()
+	if c.local {
+		_, _ = h.opts.Local.Charge(context.Background(), c.key, c.lim, n, now)
+		h.decider.KeepLate(c.key, c.rule.Limit, n, now)
+		return
+	}
+	if _, err := h.opts.Remote.Charge(context.Background(), c.key, c.lim, n, now); err != nil {
+		h.opts.Metrics.RedisErrors.WithLabelValues("late_charge").Inc()
+	}
 }
 
 // Store is what the request path needs of a store: single takes, whole requests and late
@@ -177,8 +194,11 @@ func (h *Handler) decide(ctx context.Context, cfg *config.Config, req *keys.Requ
 		d.delay = 0
 	} else if out == decide.Decided {
 		for i := range takes {
-			if takes[i].Check {
+			switch {
+			case takes[i].Check:
 				d.late = append(d.late, lateCharge{rule: rules[i], key: takes[i].Key, lim: takes[i].Limit, n: takes[i].N, local: local})
+			case rules[i].ResponseCost != nil && res[i].Allowed:
+				d.cost = append(d.cost, lateCharge{rule: rules[i], key: takes[i].Key, lim: takes[i].Limit, n: takes[i].N, local: local})
 			}
 		}
 	}

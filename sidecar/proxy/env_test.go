@@ -85,12 +85,18 @@ type envOpt struct {
 	// clock, when set, is the handler's clock, and Redis decides at its instants (explicit
 	// time) rather than at the server's.
 	clock *clocktesting.FakeClock
+	// upstream, when set, answers instead of env.upstream.
+	upstream http.HandlerFunc
 }
 
 func newEnv(t *testing.T, doc []byte, o envOpt) *env {
 	t.Helper()
 	e := &env{t: t, m: metrics.New(), clock: o.clock}
-	e.up = httptest.NewServer(http.HandlerFunc(e.upstream))
+	up := http.HandlerFunc(e.upstream)
+	if o.upstream != nil {
+		up = o.upstream
+	}
+	e.up = httptest.NewServer(up)
 	t.Cleanup(e.up.Close)
 	e.vol = sidecartest.NewAtomicDir(t)
 	if doc != nil {

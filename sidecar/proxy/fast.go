@@ -643,6 +643,9 @@ func (h *Handler) expect(ctx *fasthttp.RequestCtx) (code int) {
 			ctx.SetStatusCode(http.StatusBadGateway)
 			return http.StatusBadGateway
 		}
+		if len(a.d.cost) > 0 {
+			h.settleWhole(&a.d, &resp.Header, resp.Body())
+		}
 		stripResponse(&resp.Header, false)
 		if a.d.show != nil {
 			setFastHeaders(&resp.Header, a.d.show, a.d.res)
@@ -693,18 +696,40 @@ func (h *Handler) forwardExpect(ctx *fasthttp.RequestCtx, a *admitted) {
 	}
 	resp := &ctx.Response
 	r.Header.CopyTo(&resp.Header)
+	var cost *costScan
+	if len(a.d.cost) > 0 {
+		cost = newCostScan(a.d.cost)
+		a.d.cost = nil
+		cost.head(fastHeaderGet(&r.Header))
+	}
 	stripResponse(&resp.Header, false)
 	if a.d.show != nil {
 		setFastHeaders(&resp.Header, a.d.show, a.d.res)
 	}
+	if cost != nil && !cost.needBody {
+		h.settleCost(cost.charges, cost)
+		cost = nil
+	}
 	if stream := r.BodyStream(); stream != nil {
 		up.body = stream
+		if cost != nil {
+			up.cost = &costBody{h: h, scan: cost, r: stream, left: -1}
+			if cl := r.Header.ContentLength(); cl >= 0 {
+				up.cost.left = int64(cl)
+			}
+			up.body = up.cost
+		}
 		n := r.Header.ContentLength()
 		if n < 0 {
 			n = -1
 		}
 		resp.SetBodyStream(up, n)
 	} else {
+		if cost != nil {
+			cost.write(r.Body())
+			cost.end(true)
+			h.settleCost(cost.charges, cost)
+		}
 		resp.SetBody(r.Body())
 		_ = up.Close()
 	}
@@ -715,11 +740,16 @@ type upstreamResponse struct {
 	resp fasthttp.Response
 	body io.Reader
 	conn net.Conn
+	// cost, when set, is body: the stream watched for responseCost.
+	cost *costBody
 }
 
 func (u *upstreamResponse) Read(p []byte) (int, error) { return u.body.Read(p) }
 
 func (u *upstreamResponse) Close() error {
+	if u.cost != nil {
+		u.cost.settle(false)
+	}
 	_ = u.resp.CloseBodyStream()
 	return u.conn.Close()
 }
@@ -743,7 +773,17 @@ func (h *Handler) forward(ctx *fasthttp.RequestCtx, s *requestScan, peer netip.A
 		defer body.release()
 	}
 	resp := &ctx.Response
-	if err := h.fast.Do(req, resp); err != nil {
+	up := resp
+	if len(d.cost) > 0 && needsBody(d.cost) {
+		// The body is watched on its way through: it comes into a response of its own,
+		// whose stream resp's wraps (SetBodyStream would close resp's own).
+		up = fasthttp.AcquireResponse()
+		up.Header.DisableNormalizing()
+	}
+	if err := h.fast.Do(req, up); err != nil {
+		if up != resp {
+			fasthttp.ReleaseResponse(up)
+		}
 		resp.Reset()
 		if body != nil && body.err != nil {
 			// The client's body broke off or is malformed (a bad chunk): its fault, and
@@ -755,6 +795,15 @@ func (h *Handler) forward(ctx *fasthttp.RequestCtx, s *requestScan, peer netip.A
 		h.opts.Metrics.UpstreamErrors.Inc()
 		ctx.SetStatusCode(http.StatusBadGateway)
 		return
+	}
+	switch {
+	case up != resp:
+		h.watchFast(resp, up, d)
+	case len(d.cost) > 0: // header sources only: the head tells
+		s := newCostScan(d.cost)
+		d.cost = nil
+		s.head(fastHeaderGet(&resp.Header))
+		h.settleCost(s.charges, s)
 	}
 	stripResponse(&resp.Header, false)
 	if d.show != nil {
@@ -768,7 +817,7 @@ func (h *Handler) forward(ctx *fasthttp.RequestCtx, s *requestScan, peer netip.A
 // settleFast makes d's late charges for the status ctx answers with (the upstream's, or the
 // sidecar's 502 or 400), once the response head is known: countWhen needs no more.
 func (h *Handler) settleFast(ctx *fasthttp.RequestCtx, d *decision) {
-	if len(d.late) > 0 {
+	if len(d.late) > 0 || len(d.cost) > 0 {
 		h.settle(d, ctx.Response.StatusCode())
 	}
 }

@@ -17,6 +17,7 @@ import (
 	"net/http"
 	"net/http/httputil"
 	"net/url"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -224,9 +225,19 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		if d.show != nil {
 			setHeaders(w.Header(), d.show, d.res)
 		}
-		if len(d.late) > 0 {
+		if len(d.late) > 0 || len(d.cost) > 0 {
 			sw := &statusWriter{ResponseWriter: w, status: http.StatusOK}
-			defer func() { h.settle(&d, sw.status) }()
+			if len(d.cost) > 0 {
+				sw.cost = newCostScan(d.cost)
+				d.cost = nil
+			}
+			defer func() {
+				if sw.cost != nil { // the response has ended: ReverseProxy has written it all
+					sw.cost.end(sw.complete())
+					h.settleCost(sw.cost.charges, sw.cost)
+				}
+				h.settle(&d, sw.status)
+			}()
 			w = sw
 		}
 	}
@@ -243,28 +254,57 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 }
 
 // statusWriter remembers the status a response was written with, for countWhen's late
-// charges; Unwrap lets http.ResponseController reach the writer's Flush and Hijack.
+// charges, and has cost, when set, watch the response for responseCost (the head as it is
+// written, the body as it passes); Unwrap lets http.ResponseController reach the writer's
+// Flush and Hijack.
 type statusWriter struct {
 	http.ResponseWriter
 	status      int
 	wroteHeader bool
+	cost        *costScan
+	// written counts the body bytes, for complete.
+	written int64
 }
 
 func (w *statusWriter) WriteHeader(code int) {
 	if !w.wroteHeader && code >= 200 {
 		w.status, w.wroteHeader = code, true
+		w.scanHead()
 	}
 	w.ResponseWriter.WriteHeader(code)
 }
 
 func (w *statusWriter) Write(p []byte) (int, error) {
-	w.wroteHeader = true
-	return w.ResponseWriter.Write(p)
+	if !w.wroteHeader {
+		w.wroteHeader = true
+		w.scanHead()
+	}
+	n, err := w.ResponseWriter.Write(p)
+	if w.cost != nil {
+		w.cost.write(p[:n])
+		w.written += int64(n)
+	}
+	return n, err
 }
 
 func (w *statusWriter) Flush() {
-	w.wroteHeader = true
+	if !w.wroteHeader {
+		w.wroteHeader = true
+		w.scanHead()
+	}
 	http.NewResponseController(w.ResponseWriter).Flush() //nolint:errcheck // as http.Flusher, no error to report
+}
+
+// complete reports whether the body written is whole: as long as its Content-Length, when
+// the head declared one. (A stream the upstream broke off ends the proxying early, with what
+// was written; an event stream's last event counts then only if complete.)
+func (w *statusWriter) complete() bool {
+	cl := w.Header().Get("Content-Length")
+	if cl == "" {
+		return true
+	}
+	n, err := strconv.ParseInt(cl, 10, 64)
+	return err == nil && n == w.written
 }
 
 func (w *statusWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }

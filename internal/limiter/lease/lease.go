@@ -2,7 +2,9 @@
 // units from the store (one Issue call reserves k units, exactly as k requests of cost 1
 // would), spends them locally, and gives back what it has not used when the lease ends
 // (Return, clamped so the shared state never ends more permissive than without the lease).
-// The sidecar and the simulator share the Engine.
+// The sidecar and the simulator share the Engine. A request that other rules decide too
+// reserves its units (Reserve), and its decision spends them (Commit) or puts them back into
+// the lease (Cancel), so that a request one rule denies spends no other rule's units.
 //
 // # The bound
 //
@@ -119,9 +121,17 @@ type entry struct {
 	// remaining is the shared limit's Remaining at the last store decision, if known.
 	remaining int64
 	known     bool
-	lastUse   int64
+	// denied says that g.Result is the denial of the request renew was called for.
+	denied  bool
+	lastUse int64
 	// dead marks an entry Sweep dropped from its shard: a Take that found it looks again.
 	dead bool
+	// reserved is the units Reserve took from the lease that are neither committed nor
+	// cancelled yet: while it is not 0 the lease does not end (one Return per lease, with
+	// every unit not spent), and gen counts the leases issued, so that a cancelled
+	// reservation goes back only into the lease it came from.
+	reserved int64
+	gen      uint64
 }
 
 // New returns an Engine deciding with store.
@@ -173,43 +183,33 @@ func (e *Engine) Take(ctx context.Context, key string, lim limiter.Limit, p Para
 	}
 	defer en.mu.Unlock()
 	en.lastUse = nowMs
-	if en.lim != lim || en.p != p { // the rule changed: end the lease, start afresh
-		e.end(ctx, key, en)
-		*en = entry{lim: lim, p: p, obsStart: nowMs, lastUse: nowMs}
-	}
-	if en.units >= n && nowMs < en.expires {
+	changed := en.lim != lim || en.p != p
+	if !changed && en.units >= n && nowMs < en.expires {
 		en.units -= n
 		en.obsSpent += n
 		return e.leased(en), nil
 	}
-	e.end(ctx, key, en)
-
-	k := en.size(nowMs, n)
-	if k > n {
+	if en.reserved > 0 {
+		// A reservation holds the lease until its request is decided (an RTT): decide
+		// this one exactly meanwhile, and leave the lease as it is.
+		en.mu.Unlock()
 		e.storeCalls.Add(1)
-		g, err := e.store.Issue(ctx, key, lim, k, now)
-		if err != nil {
-			return limiter.Result{}, err
-		}
-		en.remaining, en.known = g.Result.Remaining, true
-		en.obsStart, en.obsSpent, en.lastK = nowMs, 0, k
-		if g.Units >= n {
-			e.leases.Add(1)
-			en.g, en.units = g, g.Units-n
-			en.expires = nowMs + min(p.MaxAge.Milliseconds(), g.WindowLeft(lim))
-			en.obsSpent = n
-			return e.leased(en), nil
-		}
-		if g.Units == 0 && n == 1 {
-			return g.Result, nil // the denial of one unit: this request's
-		}
-		// Fewer than n fit: give back what was issued and decide the request exactly, for
-		// its own Result.
-		if g.Units > 0 {
-			e.leases.Add(1)
-			en.g, en.units = g, g.Units
-			e.end(ctx, key, en)
-		}
+		r, err := e.store.Take(ctx, key, lim, n, now)
+		en.mu.Lock()
+		return r, err
+	}
+	if changed { // the rule changed: end the lease, start afresh
+		e.end(ctx, key, en)
+		*en = entry{lim: lim, p: p, obsStart: nowMs, lastUse: nowMs, gen: en.gen + 1}
+	}
+	if ok, err := e.renew(ctx, key, en, n, now); err != nil {
+		return limiter.Result{}, err
+	} else if ok {
+		return e.leased(en), nil
+	}
+	if en.denied {
+		en.denied = false
+		return en.g.Result, nil // the denial of one unit: this request's
 	}
 	// An exact decision does not hold the key: the key's other requests may be decided
 	// exactly at the same time, coalesced by the store into one call.
@@ -226,6 +226,157 @@ func (e *Engine) Take(ctx context.Context, key string, lim limiter.Limit, p Para
 		en.obsSpent += n
 	}
 	return r, nil
+}
+
+// renew ends en's lease and issues the next one for a request of cost n at now, spending n
+// of it: ok when it did. Otherwise the request is to be decided exactly, and en.denied says
+// when the issue's own answer is that decision (a denial of one unit). en is locked, with no
+// reservation.
+func (e *Engine) renew(ctx context.Context, key string, en *entry, n int64, now time.Time) (ok bool, err error) {
+	e.end(ctx, key, en)
+	nowMs := now.UnixMilli()
+	k := en.size(nowMs, n)
+	if k <= n {
+		return false, nil
+	}
+	e.storeCalls.Add(1)
+	g, err := e.store.Issue(ctx, key, en.lim, k, now)
+	if err != nil {
+		return false, err
+	}
+	en.remaining, en.known = g.Result.Remaining, true
+	en.obsStart, en.obsSpent, en.lastK = nowMs, 0, k
+	if g.Units >= n {
+		e.leases.Add(1)
+		en.g, en.units, en.gen = g, g.Units-n, en.gen+1
+		en.expires = nowMs + min(en.p.MaxAge.Milliseconds(), g.WindowLeft(en.lim))
+		en.obsSpent = n
+		return true, nil
+	}
+	if g.Units == 0 && n == 1 {
+		en.g, en.denied = g, true
+		return false, nil
+	}
+	// Fewer than n fit: give back what was issued, and decide the request exactly, for its
+	// own Result.
+	if g.Units > 0 {
+		e.leases.Add(1)
+		en.g, en.units, en.gen = g, g.Units, en.gen+1
+		e.end(ctx, key, en)
+	}
+	return false, nil
+}
+
+// Reservation is units a request took from a key's lease with Reserve, until Commit spends
+// them or Cancel gives them back. The zero Reservation holds nothing.
+type Reservation struct {
+	en     *entry
+	gen    uint64
+	n      int64
+	issued bool
+}
+
+// Issued reports whether Reserve issued the lease for r, a store call: otherwise r came from
+// the live lease, with no store call.
+func (r Reservation) Issued() bool { return r.issued }
+
+// Reserve takes n units of key's lease under lim and p for a request that other rules decide
+// too: from the live lease, or from a lease it issues now (one store call) when the rate
+// asks for one. ok is false, with nothing taken, when the request is to be decided exactly
+// instead (the remaining units are few, a rule change or another reservation holds the
+// key's lease, or the store cannot issue it: err). Until Commit or Cancel, the lease does
+// not end: Take decides the key's other requests exactly once the lease cannot serve them.
+// Reserving from a live lease does not allocate.
+func (e *Engine) Reserve(ctx context.Context, key string, lim limiter.Limit, p Params, n int64, now time.Time) (limiter.Result, Reservation, bool, error) {
+	nowMs := now.UnixMilli()
+	sh := &e.shards[maphash.String(e.seed, key)&15]
+	sh.mu.Lock()
+	en := sh.m[key]
+	if en == nil && len(sh.m) < e.perShard {
+		en = &entry{lim: lim, p: p, obsStart: nowMs}
+		sh.m[key] = en
+	}
+	sh.mu.Unlock()
+	if en == nil {
+		return limiter.Result{}, Reservation{}, false, nil
+	}
+	en.mu.Lock()
+	defer en.mu.Unlock()
+	if en.dead || en.lim != lim || en.p != p {
+		return limiter.Result{}, Reservation{}, false, nil // Take starts the key afresh
+	}
+	en.lastUse = nowMs
+	issued := false
+	if en.units < n || nowMs >= en.expires {
+		if en.reserved > 0 {
+			return limiter.Result{}, Reservation{}, false, nil
+		}
+		ok, err := e.renew(ctx, key, en, n, now)
+		en.denied = false
+		if !ok || err != nil {
+			return limiter.Result{}, Reservation{}, false, err
+		}
+		en.units += n // renew spent them: hold them as reserved instead
+		en.obsSpent -= n
+		issued = true
+	}
+	e.decisions.Add(1)
+	en.units -= n
+	en.obsSpent += n
+	en.reserved += n
+	return e.leased(en), Reservation{en: en, gen: en.gen, n: n, issued: issued}, true, nil
+}
+
+// Observe records the exact decision r of a request of cost n on key under lim and p that
+// Reserve did not take (the store decided it with the request's other rules): what the
+// shared limit has left, and, when the request was admitted, its cost in the key's rate.
+// Without it a key whose requests all match several rules would never lease.
+func (e *Engine) Observe(key string, lim limiter.Limit, p Params, n int64, r limiter.Result, admitted bool) {
+	sh := &e.shards[maphash.String(e.seed, key)&15]
+	sh.mu.Lock()
+	en := sh.m[key]
+	sh.mu.Unlock()
+	if en == nil {
+		return
+	}
+	en.mu.Lock()
+	defer en.mu.Unlock()
+	if en.dead || en.lim != lim || en.p != p {
+		return
+	}
+	e.decisions.Add(1)
+	e.storeCalls.Add(1) // its share of the request's call
+	en.remaining, en.known = r.Remaining, true
+	en.lastK = max(en.lastK, n)
+	if admitted {
+		en.obsSpent += n
+	}
+}
+
+// Commit spends r's units: its request was admitted.
+func (e *Engine) Commit(r Reservation) {
+	if r.en == nil {
+		return
+	}
+	r.en.mu.Lock()
+	r.en.reserved -= r.n
+	r.en.mu.Unlock()
+}
+
+// Cancel gives r's units back to the lease they came from, as though never taken: its
+// request was denied by another rule, or not decided. The lease's expiry is unchanged.
+func (e *Engine) Cancel(r Reservation) {
+	if r.en == nil {
+		return
+	}
+	en := r.en
+	en.mu.Lock()
+	en.reserved -= r.n
+	if en.gen == r.gen && en.expires > 0 { // the lease was not ended (ReturnAll) since
+		en.units += r.n
+		en.obsSpent -= r.n
+	}
+	en.mu.Unlock()
 }
 
 // Spend decides a request of cost n on key from its live lease alone, with no store call: ok
@@ -301,6 +452,7 @@ func (e *Engine) Sweep(ctx context.Context, now time.Time) int {
 				continue // being decided on
 			}
 			switch {
+			case en.reserved > 0: // its reservation's request ends it, or the next Take
 			case en.units > 0 && nowMs >= en.expires:
 				expired = append(expired, k)
 			case en.units == 0 && nowMs-en.lastUse >= limiter.MaxLeaseAge.Milliseconds():
@@ -313,7 +465,7 @@ func (e *Engine) Sweep(ctx context.Context, now time.Time) int {
 		for _, k := range expired {
 			if en := e.lookup(sh, k); en != nil {
 				en.mu.Lock()
-				if en.units > 0 && nowMs >= en.expires {
+				if en.units > 0 && nowMs >= en.expires && en.reserved == 0 {
 					e.end(ctx, k, en)
 					ended++
 				}

@@ -3,6 +3,7 @@ package lease
 import (
 	"context"
 	"math/rand/v2"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -221,5 +222,129 @@ func TestReturnAllGivesBackEveryUnit(t *testing.T) {
 	}
 	if r, _ := store.Take(ctx, "k", lim, 80, now); !r.Allowed || r.Remaining != 0 {
 		t.Fatalf("the shared limit after the return: %+v, want 80 of 100 left", r)
+	}
+}
+
+// TestReserveDoesNotAllocate: reserving from a live lease, then committing or cancelling,
+// allocates nothing and calls no store; a cancelled reservation's units are spendable again.
+func TestReserveDoesNotAllocate(t *testing.T) {
+	e, lim, p := hotLease(t, 1000)
+	calls := e.Stats().StoreCalls
+	now := time.UnixMilli(t0 + 1000)
+	ctx := context.Background()
+	held := e.Held()
+	if a := testing.AllocsPerRun(200, func() {
+		r, v, ok, err := e.Reserve(ctx, "k", lim, p, 2, now)
+		if err != nil || !ok || !r.Allowed {
+			t.Fatal(r, ok, err)
+		}
+		e.Cancel(v)
+		_, v, _, _ = e.Reserve(ctx, "k", lim, p, 1, now)
+		e.Commit(v)
+	}); a != 0 {
+		t.Errorf("%v allocations per reservation from a live lease", a)
+	}
+	if c := e.Stats().StoreCalls; c != calls {
+		t.Errorf("%d store calls reserving from a live lease", c-calls)
+	}
+	if got := e.Held(); got != held-201 { // AllocsPerRun runs the function once more
+		t.Errorf("held %d after 201 commits of one unit and as many cancels, want %d", got, held-201)
+	}
+	_, v, ok, _ := e.Reserve(ctx, "k", lim, p, 1, now)
+	if !ok || v.Issued() {
+		t.Errorf("a reservation from the live lease: ok %v, issued %v", ok, v.Issued())
+	}
+	e.Commit(v)
+	// Past the lease's age the next reservation issues a lease: a store call.
+	later := now.Add(2 * p.MaxAge)
+	if _, v, ok, err := e.Reserve(ctx, "k", lim, p, 1, later); err != nil || !ok || !v.Issued() {
+		t.Errorf("a reservation past maxAge: ok %v, issued %v, %v", ok, v.Issued(), err)
+	} else {
+		e.Commit(v)
+	}
+}
+
+// TestReservationsAccountForEveryUnit: goroutines reserve (then commit or cancel), take and
+// sweep concurrently on one key; once every lease is returned the shared limit has given out
+// exactly the units committed and taken, whatever the interleaving. The bucket decides at one
+// instant (a refill would blur the count); the fixed window's time runs on within one window,
+// past many leases' maxAge, so leases expire and are swept while reservations hold them.
+func TestReservationsAccountForEveryUnit(t *testing.T) {
+	ctx := context.Background()
+	for ai, tc := range []struct {
+		lim     limiter.Limit
+		maxAge  time.Duration
+		advance bool
+	}{
+		{limiter.Limit{Algorithm: limiter.TokenBucket, Limit: 100_000, Window: time.Hour}, limiter.MaxLeaseAge, false},
+		{limiter.Limit{Algorithm: limiter.FixedWindow, Limit: 100_000, Window: time.Hour}, 3 * time.Millisecond, true},
+	} {
+		lim := tc.lim
+		t.Run(lim.Name(), func(t *testing.T) {
+			store := limiter.NewMemoryStore(limiter.MemoryStoreOptions{})
+			e := New(store, Options{})
+			p := Params{MaxAge: tc.maxAge, MaxUnits: 50}
+			start := t0 - t0%lim.WindowMs()
+			var ops atomic.Int64
+			var spent [8]int64
+			done := make(chan struct{})
+			for g := range spent {
+				go func() {
+					defer func() { done <- struct{}{} }()
+					rng := rand.New(rand.NewPCG(uint64(ai), uint64(g)))
+					for range 2000 {
+						now := time.UnixMilli(start)
+						if tc.advance {
+							now = time.UnixMilli(start + ops.Add(1)/20) // 800 ms in all
+						}
+						n := 1 + rng.Int64N(3)
+						switch rng.IntN(8) {
+						case 0:
+							if r, err := e.Take(ctx, "k", lim, p, n, now); err != nil {
+								t.Error(err)
+							} else if r.Allowed {
+								spent[g] += n
+							}
+						case 1:
+							e.Sweep(ctx, now)
+						default:
+							_, v, ok, err := e.Reserve(ctx, "k", lim, p, n, now)
+							if err != nil {
+								t.Error(err)
+							}
+							if !ok {
+								// Decided exactly with the request's other rules.
+								if r, err := store.Take(ctx, "k", lim, n, now); err == nil && r.Allowed {
+									spent[g] += n
+								}
+								continue
+							}
+							if rng.IntN(2) == 0 {
+								e.Commit(v)
+								spent[g] += n
+							} else {
+								e.Cancel(v)
+							}
+						}
+					}
+				}()
+			}
+			for range spent {
+				<-done
+			}
+			now := time.UnixMilli(start)
+			e.ReturnAll(ctx)
+			var total int64
+			for _, s := range spent {
+				total += s
+			}
+			if s := e.Stats(); e.Held() != 0 || s.Leases == 0 || (tc.advance && s.UnitsReturned == 0) {
+				t.Fatalf("held %d after ReturnAll; stats %+v", e.Held(), s)
+			}
+			left := lim.Limit - total
+			if r, _ := store.Take(ctx, "k", lim, left, now); !r.Allowed || r.Remaining != 0 {
+				t.Fatalf("spent %d of %d; the shared limit then has %+v, want exactly %d left", total, lim.Limit, r, left)
+			}
+		})
 	}
 }

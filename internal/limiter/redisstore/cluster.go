@@ -93,36 +93,12 @@ var nodeScript = newScript(crossSlotLua + arithLua + requestLua)
 // script flags), and the batcher then sends every batch per slot.
 func (b *batcher) sendNode(ctx context.Context, live []*call) {
 	scripts := b.coalesce(live, false)
-	cmds := b.execNode(ctx, scripts, false)
-	var noScript, refused []*merged
-	for i, m := range scripts {
-		switch err := cmds[i].Err(); {
-		case isNoScript(err):
-			noScript = append(noScript, m)
-		case notServed(err):
-			refused = append(refused, m)
-		case noCrossSlot(err):
-			b.perSlot.Store(true)
-			refused = append(refused, m)
-		default:
-			m.finish(cmds[i].Int64Slice())
-		}
-	}
+	noScript, refused := b.settleNode(scripts, b.execNode(ctx, scripts, false), true)
 	if len(noScript) > 0 {
 		// As in sendPiped: a NOSCRIPT reply means the script did not run.
 		b.reloads.Add(1)
-		cmds = b.execNode(ctx, noScript, true)
-		for i, m := range noScript {
-			switch err := cmds[i].Err(); {
-			case notServed(err):
-				refused = append(refused, m)
-			case noCrossSlot(err):
-				b.perSlot.Store(true)
-				refused = append(refused, m)
-			default:
-				m.finish(cmds[i].Int64Slice())
-			}
-		}
+		_, again := b.settleNode(noScript, b.execNode(ctx, noScript, true), false)
+		refused = append(refused, again...)
 	}
 	if len(refused) == 0 {
 		return
@@ -193,4 +169,24 @@ func noCrossSlot(err error) bool {
 	}
 	msg := rerr.Error()
 	return strings.Contains(msg, "Error compiling script") || strings.Contains(msg, "shebang")
+}
+
+// settleNode completes the merged calls their master answered and returns those it did not
+// run: answered NOSCRIPT (only when noScriptAgain: the first try, by EVALSHA), or refused,
+// to be sent again per slot.
+func (b *batcher) settleNode(scripts []*merged, cmds []*redis.Cmd, noScriptAgain bool) (noScript, refused []*merged) {
+	for i, m := range scripts {
+		switch err := cmds[i].Err(); {
+		case noScriptAgain && isNoScript(err):
+			noScript = append(noScript, m)
+		case notServed(err):
+			refused = append(refused, m)
+		case noCrossSlot(err):
+			b.perSlot.Store(true)
+			refused = append(refused, m)
+		default:
+			m.finish(cmds[i].Int64Slice())
+		}
+	}
+	return noScript, refused
 }
