@@ -15,7 +15,8 @@
 #     Redis's time in EVALSHA per call (INFO commandstats), single server;
 #   - the sidecar (unless SIDECAR=0): wrk -c32 through a sidecar deciding a never-denying
 #     TokenBucket keyed by a header, one hot key and 10,000 distinct keys, Redis CPU per
-#     request (with BASE_SIDECAR, a sidecar built at an earlier commit, side by side);
+#     request, the sidecar's own CPU per request (/proc/PID/stat) and wrk's p50/p99 latency
+#     (with BASE_SIDECAR, a sidecar built at an earlier commit, side by side);
 #   - the TokenBucket take alone at redis-benchmark -P 32 -c 50 against the naive script
 #     (throughput and Redis CPU per call), as the issue measured them;
 #   - the same with BASE_BIN (bench/rediscpu built at an earlier commit), when set, side by side.
@@ -125,6 +126,9 @@ stat() { # port: Redis CPU seconds, script calls, reads of client input
     /^total_reads_processed:/ {r = $2}
     END {printf "%.6f %d %d\n", c, n, r}'
 }
+proccpu() { # pid: the process's CPU seconds (user + system)
+  awk -v hz="$(getconf CLK_TCK)" '{printf "%.6f\n", ($14 + $15) / hz}' "/proc/$1/stat"
+}
 if [ "$SIDECAR" = 1 ] && ! command -v wrk > /dev/null; then
   echo "no wrk: skipping the sidecar rows (apt-get install -y wrk)" >&2; SIDECAR=0
 fi
@@ -156,11 +160,15 @@ end
 EOF
       wrk -t2 -c32 -d1s -s "$WORK/keys.lua" "http://127.0.0.1:$SP/" > /dev/null # warm: connections, keys
       read -r c0 n0 r0 < <(stat "$P")
-      out=$(wrk -t2 -c32 -d"$DURATION" -s "$WORK/keys.lua" "http://127.0.0.1:$SP/")
+      s0=$(proccpu "$SPID")
+      out=$(wrk -t2 -c32 -d"$DURATION" --latency -s "$WORK/keys.lua" "http://127.0.0.1:$SP/")
+      s1=$(proccpu "$SPID")
       read -r c1 n1 r1 < <(stat "$P")
       reqs=$(awk '/requests in/ {print $1}' <<< "$out")
       bad=$(awk '/Non-2xx/ {print $NF}' <<< "$out")
+      p50=$(awk '$1 == "50%" {print $2}' <<< "$out"); p99=$(awk '$1 == "99%" {print $2}' <<< "$out")
       python3 -c "d=$reqs; print(f'rediscpu\tsidecar-$ver\t$keys\t32\t{d}\t{($c1-$c0)*1e6/d:.2f}\t{d/max(1,$n1-$n0):.2f}\t${bad:-0}\t{d/max(1,$r1-$r0):.2f}')" >> "$TSV"
+      python3 -c "d=$reqs; print(f'sidecar\tsidecar-$ver\t$keys\t{d}\t{($s1-$s0)*1e6/d:.2f}\t$p50\t$p99')" >> "$TSV"
     done
     kill "$SPID"; wait "$SPID" 2>/dev/null || true
   done
@@ -191,6 +199,15 @@ if script:
     print("|---|---:|---:|---:|---:|---:|---:|---:|---:|")
     for _, topo, keys, g, n, us, call, fails in script:
         print(f"| {topo} | {keys} | {g} | {n} | {float(us):.2f} | {float(us)/naive:.2f} | {float(call):.2f} | {float(call)/int(g):.2f} | {fails} |")
+side = [r for r in rows if r[0] == "sidecar"]
+if side:
+    print()
+    print("The sidecar's own CPU per request and wrk's latency (wrk -t2 -c32 --latency).")
+    print()
+    print("| version | keys | requests | sidecar CPU µs/request | p50 | p99 |")
+    print("|---|---:|---:|---:|---:|---:|")
+    for _, topo, keys, n, us, p50, p99 in side:
+        print(f"| {topo} | {keys} | {n} | {float(us):.2f} | {p50} | {p99} |")
 piped = {r[1]: (float(r[2]), float(r[3])) for r in rows if r[0] == "piped"}
 if piped:
     (nr, nc), (tr, tc) = piped["naive-hash-tb"], piped["request-tb-take"]

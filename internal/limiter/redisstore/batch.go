@@ -20,9 +20,11 @@ import (
 // through a batcher: a goroutine that takes every call queued at that moment (at most
 // maxBatch), coalesces them into as few calls of the request script (lua/request.lua) as it
 // can, each call's Take or TakeRequest a group of its own in arrival order, sends those as one
-// pipeline and hands each caller its part of the reply. It never waits for a batch to fill: an
-// idle store sends a lone call at once, a busy one sends whatever queued while the previous
-// pipeline was on the wire ("natural batching").
+// pipeline and hands each caller its part of the reply. When it sends is its flush policy (see
+// flushPolicy, one for both topologies): an idle or lightly used store sends a lone call at
+// once, on a round trip of its own; a busy one keeps one pipeline in flight, collects the next
+// batch while it is on the wire and lets it wait, briefly, for as many calls as were recently
+// in flight.
 //
 // One script call decides its groups one after another at one instant, each on the state the
 // earlier ones left, exactly as limiter.MemoryStore decides the same sequence at the same now:
@@ -48,14 +50,15 @@ const maxBatch = 128
 // within its budget like one whose batch is in flight.
 const queueLen = 1024
 
-// senders is how many pipelines a batcher keeps in flight. Two let one batch collect while
-// the other is on the wire; bench/redis.sh compares 1, 2 and 4 (see the commit message).
-const senders = 2
+// senders is how many pipelines a single-node (or Sentinel) batcher keeps in flight: one, so
+// that the next batch collects while it is on the wire (nodePolicy; bench/rediscpu.sh).
+const senders = 1
 
 // directMax is how many calls send their own round trip before the rest are batched. Below a
 // few concurrent calls a pipeline has little to share, and the hand-offs to and from a sender
 // cost more than it saves; bench/redis.sh measured 1, 4 and 8 (see the commit message). A
-// call goes on its own only while a connection is free too (see wire).
+// call goes on its own only while a connection is free too (see wire), and never while the
+// batcher is busy (flow.busy): then it joins the batch that is collecting.
 const directMax = 4
 
 // ErrClosed is wrapped by the *Error of a Take on a closed Store, or one whose batch was
@@ -115,8 +118,12 @@ type batcher struct {
 	preloadWanted, preloading atomic.Bool
 	// active counts the calls in do; see there.
 	active atomic.Int64
-	// load, on a cluster, counts the calls in do on every batcher of the Store (see gather).
+	// load, on a cluster, counts the calls in do on every batcher of the Store (see gather);
+	// nil on a single node, where the policy's load is active.
 	load *atomic.Int64
+	// policy is when to send (nodePolicy or clusterPolicy), flow what it has seen.
+	policy flushPolicy
+	flow   flow
 	// xscript is the script a cluster batcher sends to its master (nodeScript; tests set
 	// another before start), and perSlot says the master cannot run it (see sendNode).
 	xscript *script
@@ -124,8 +131,9 @@ type batcher struct {
 
 	// For tests and benchmarks: pipelines sent, the most calls one carried, script calls
 	// sent, the most groups one carried, NOSCRIPT recoveries, scripts preloaded (SCRIPT LOAD
-	// of a script the node did not have), most round trips in flight at once.
-	batches, largest, scripts, coalesced, reloads, preloads, inFlight, mostInFlight atomic.Int64
+	// of a script the node did not have), most round trips in flight at once, calls sent on
+	// their own (do), batches that waited for more calls (gather).
+	batches, largest, scripts, coalesced, reloads, preloads, inFlight, mostInFlight, direct, lingered atomic.Int64
 	// Cluster only: batches sent again per slot because the master refused a script call
 	// (sendNode).
 	redirected atomic.Int64
@@ -144,7 +152,12 @@ func newBatcher(client redis.UniversalClient, node *redis.Client, n int, minTTL 
 func makeBatcher(client redis.UniversalClient, node *redis.Client, minTTL int64) *batcher {
 	ctx, cancel := context.WithCancel(context.Background())
 	_, cluster := client.(*redis.ClusterClient)
+	policy := nodePolicy
+	if cluster {
+		policy = clusterPolicy
+	}
 	b := &batcher{
+		policy:  policy,
 		client:  client,
 		node:    node,
 		minTTL:  minTTL,
@@ -224,16 +237,20 @@ func (b *batcher) close() {
 
 // do decides one group (see call) for one caller and returns its requestFields integers per
 // take, or ctx's error as soon as ctx is done, whether or not the batch is still in flight.
-// While at most directMax calls are in do and a wire token is free, a call makes its own round
-// trip (on a pooled connection, as an unbatched Store does); otherwise it queues for the next
-// pipeline.
+// While at most directMax calls are in do, the batcher is not busy (flow.busy) and a wire token
+// is free, a call makes its own round trip (on a pooled connection, as an unbatched Store
+// does); otherwise it queues for the next pipeline.
 func (b *batcher) do(ctx context.Context, nowArg string, keys []string, takes []scriptTake) ([]int64, error) {
 	defer b.active.Add(-1)
+	n := b.active.Add(1)
+	load := n
 	if b.load != nil {
-		b.load.Add(1)
+		load = b.load.Add(1)
 		defer b.load.Add(-1)
 	}
-	if b.active.Add(1) <= directMax && len(b.queue) == 0 && b.acquire(true, nil) {
+	b.flow.see(load)
+	if n <= directMax && !b.flow.busy(b.policy) && len(b.queue) == 0 && b.acquire(true, nil) {
+		b.direct.Add(1)
 		defer b.release()
 		select {
 		case <-b.stop:
@@ -295,9 +312,8 @@ func (b *batcher) run() {
 				break fill
 			}
 		}
-		if b.load != nil {
-			batch = b.gather(batch, &timer)
-		}
+		batch = b.gather(batch, &timer)
+		b.flow.flushed(b.loadNow())
 		b.send(batch)
 		b.release()
 		clear(batch)
