@@ -315,6 +315,7 @@ func (b *batcher) run() {
 		batch = b.gather(batch, &timer)
 		b.flow.flushed(b.loadNow())
 		b.send(batch)
+		b.flow.replied()
 		b.release()
 		clear(batch)
 		batch = batch[:0]

@@ -18,8 +18,10 @@ import (
 // linger, for as many calls as were in flight lately (at most fill): in a closed loop of N
 // callers the batch waits for the N that its last reply released. An idle or lightly used
 // batcher never waits and sends a lone call at once on its own round trip: what it saw lately
-// counts only while it has sent a batch within idle, and below busy calls in flight there is
-// little to share.
+// counts only while a batch was sent or answered within idle, and below busy calls in flight
+// there is little to share. So a lone call right after a busy spell may wait once, up to
+// linger, for calls that do not come; a slow Redis makes a busy batcher's batches larger, not
+// its waits longer.
 type flushPolicy struct {
 	senders int           // pipelines in flight at most
 	busy    int64         // calls in flight lately at or above which the batcher is busy
@@ -30,17 +32,19 @@ type flushPolicy struct {
 
 var (
 	// nodePolicy is a single node's (or Sentinel's) batcher's.
-	nodePolicy = flushPolicy{senders: senders, busy: 8, fill: maxBatch, linger: 500 * time.Microsecond, idle: 5 * time.Millisecond}
+	nodePolicy = flushPolicy{senders: senders, busy: 8, fill: maxBatch, linger: 500 * time.Microsecond, idle: 20 * time.Millisecond}
 	// clusterPolicy is a cluster master's batcher's, whose load counts the calls on all the
 	// Store's masters: it waits, while 16 are in flight over the Store, for a batch of 16.
-	clusterPolicy = flushPolicy{senders: 1, busy: 16, fill: 16, linger: 500 * time.Microsecond, idle: 5 * time.Millisecond}
+	clusterPolicy = flushPolicy{senders: 1, busy: 16, fill: 16, linger: 500 * time.Microsecond, idle: 20 * time.Millisecond}
 )
 
 // flow is what a batcher's policy has seen. Safe for concurrent use.
 type flow struct {
 	peak   atomic.Int64 // the most calls in flight seen since the last batch was sent
 	recent atomic.Int64 // peak when the last batch was sent
-	sent   atomic.Int64 // when the last batch was sent (monotonic nanoseconds since flowEpoch)
+	// sent is when the last batch was sent or its replies came (monotonic nanoseconds since
+	// flowEpoch).
+	sent atomic.Int64
 }
 
 var flowEpoch = time.Now()
@@ -63,8 +67,11 @@ func (f *flow) flushed(load int64) {
 	f.sent.Store(monoNow())
 }
 
+// replied records that a batch's replies came (or it failed).
+func (f *flow) replied() { f.sent.Store(monoNow()) }
+
 // lately is how many calls were in flight lately: the most during the last round trip or
-// since, none if the batcher has sent no batch within p.idle.
+// since, none if no batch was sent or answered within p.idle.
 func (f *flow) lately(p flushPolicy) int64 {
 	if monoNow()-f.sent.Load() > int64(p.idle) {
 		return 0
