@@ -18,7 +18,11 @@
 // Concurrent decisions share round trips and script calls: the Store's batcher coalesces the
 // Takes and TakeRequests waiting at that moment into as few calls of the script as it can,
 // each a group decided in arrival order at one instant, exactly as MemoryStore would decide that
-// sequence (see batch.go): a hot key costs one script call per batch. A single-node or Sentinel
+// sequence (see batch.go): a hot key costs one script call per batch. One flush policy decides
+// when a batch goes (flush.go): an idle or lightly used Store sends a lone call at once on its own
+// round trip; a busy one keeps one pipeline in flight per batcher and lets the next batch wait,
+// up to 500 µs, for as many calls as were in flight lately, so that N callers in a closed loop
+// (a sidecar's requests) share about N decisions per script call. A single-node or Sentinel
 // client has one batcher; a Redis Cluster client one per master, so a hung master delays only
 // its own keys. A master's batcher coalesces its calls across slots into script calls sent to
 // that master (Redis 7's allow-cross-slot-keys, keys passed in ARGV; see cluster.go), and sends

@@ -100,8 +100,8 @@ func New(client redis.UniversalClient, opts Options) *Store {
 	return newWithSenders(client, opts, senders)
 }
 
-// newWithSenders is New with n pipelines in flight at most per batcher (a cluster's batchers
-// have clusterSenders, see cluster.go); 0 sends every call on its own. The benchmarks compare
+// newWithSenders is New with n pipelines in flight at most per single-node batcher (a
+// cluster's batchers have clusterPolicy's, see flush.go); 0 sends every call on its own. The benchmarks compare
 // them.
 func newWithSenders(client redis.UniversalClient, opts Options, n int) *Store {
 	if err := opts.Validate(); err != nil {
