@@ -32,7 +32,7 @@ type flushPolicy struct {
 
 var (
 	// nodePolicy is a single node's (or Sentinel's) batcher's.
-	nodePolicy = flushPolicy{senders: senders, busy: 8, fill: maxBatch, linger: 500 * time.Microsecond, idle: 20 * time.Millisecond}
+	nodePolicy = flushPolicy{senders: senders, busy: 8, fill: maxBatch, linger: time.Millisecond, idle: 20 * time.Millisecond}
 	// clusterPolicy is a cluster master's batcher's, whose load counts the calls on all the
 	// Store's masters: it waits, while 16 are in flight over the Store, for a batch of 16.
 	clusterPolicy = flushPolicy{senders: 1, busy: 16, fill: 16, linger: 500 * time.Microsecond, idle: 20 * time.Millisecond}
