@@ -24,10 +24,10 @@
 // up to 1 ms (500 µs on a cluster master), for as many calls as were in flight lately, so that N
 // callers in a closed loop (a sidecar's requests) share about N decisions per script call. A
 // single-node or Sentinel client has one batcher; a Redis Cluster client one per master, so a
-// hung master delays only its own keys. A master's batcher coalesces its calls across slots into script calls sent to
-// that master (Redis 7's allow-cross-slot-keys, keys passed in ARGV; see cluster.go), and sends
-// a batch the master refuses because a slot moved again per slot through the cluster client,
-// which follows MOVED and ASK. Close stops the batchers.
+// hung master delays only its own keys. A master's batcher coalesces its calls across slots
+// into script calls sent to that master (Redis 7's allow-cross-slot-keys, keys passed in ARGV;
+// see cluster.go), and sends a batch the master refuses because a slot moved again per slot
+// through the cluster client, which follows MOVED and ASK. Close stops the batchers.
 //
 // A Store keeps at most MaxConns (2) round trips in flight per Redis node, and the clients of
 // NewClient and NewClientFromURL hold at most that many connections per node, none to cluster
