@@ -10,10 +10,20 @@
 #     at 1, 8 and 50 callers, on the single server and on the cluster (CPU summed over masters);
 #     Redis CPU per decision, decisions per script call and per round trip (INFO stats
 #     total_reads_processed);
+#   - bench/rediscpu -takes: the request script's cost alone, one TakeRequest of 1, 14 or 32
+#     takes per script call (one hot key, or as many distinct keys), Redis CPU per decision and
+#     Redis's time in EVALSHA per call (INFO commandstats), single server;
+#   - the sidecar (unless SIDECAR=0): wrk -c32 through a sidecar deciding a never-denying
+#     TokenBucket keyed by a header, one hot key and 10,000 distinct keys, Redis CPU per
+#     request, the sidecar's own CPU per request (/proc/PID/stat) and wrk's p50/p99 latency
+#     (with BASE_SIDECAR, a sidecar built at an earlier commit, side by side);
+#   - the TokenBucket take alone at redis-benchmark -P 32 -c 50 against the naive script
+#     (throughput and Redis CPU per call), as the issue measured them;
 #   - the same with BASE_BIN (bench/rediscpu built at an earlier commit), when set, side by side.
 # Writes $OUT/rediscpu.tsv and $OUT/rediscpu.md (ratios to the naive reference).
 #
-# Usage: bench/rediscpu.sh  (OUT=bench/out DURATION=2s CALLERS=1,8,50 BASE_BIN= N=200000)
+# Usage: bench/rediscpu.sh  (OUT=bench/out DURATION=2s CALLERS=1,8,50 BASE_BIN= N=200000
+#                            TAKES=1,14,32 SIDECAR=1 BASE_SIDECAR=)
 set -euo pipefail
 
 OUT=${OUT:-bench/out}
@@ -21,6 +31,9 @@ DURATION=${DURATION:-2s}
 CALLERS=${CALLERS:-1,8,50}
 BASE_BIN=${BASE_BIN:-}
 N=${N:-200000}
+TAKES=${TAKES:-1,14,32}
+SIDECAR=${SIDECAR:-1}
+BASE_SIDECAR=${BASE_SIDECAR:-}
 
 cd "$(dirname "$0")/.."
 mkdir -p "$OUT"
@@ -75,12 +88,91 @@ ref() { # name args...
 ref naive-hash-tb EVALSHA "$NSHA" 1 "naive:__rand_int__" 0.001 100 1000
 ref evalsha-return1 EVALSHA "$RSHA" 0
 
+# The TokenBucket take alone, pipelined as the issue measured it (-P 32 -c 50), against the naive
+# script: one Store.Take's call of the request script, its ARGV as request.go's scriptCall
+# builds it (now from TIME, no minTTL, kinds 1 = enforced takes only, one limit: tb 1e8/s,
+# burst 1e8; the take: flag 32 (a Take), key 1, limit 1, cost 1 = 32 + 128*512*512).
+REQ=$(cat internal/limiter/redisstore/lua/arith.lua internal/limiter/redisstore/lua/request.lua)
+QSHA=$(redis-cli -p "$P" SCRIPT LOAD "$REQ")
+TB_ARGS=("" 0 1 1 4 100000000 1000 100000000 0 33554464)
+if ! redis-cli -p "$P" EVALSHA "$QSHA" 1 probe "${TB_ARGS[@]}" | grep -qE '^[0-9]+$'; then
+  echo "the request script rejects the benchmark's arguments: update TB_ARGS" >&2; exit 1
+fi
+piped() { # name args...: req/s and Redis CPU per call at -P 32 -c 50
+  local name=$1; shift
+  local c0 c1 rps
+  c0=$(cpu "$P")
+  rps=$(redis-benchmark -h 127.0.0.1 -p "$P" -c 50 -P 32 -n "$N" -r 10000 -q "$@" | tr '\r' '\n' | sed -n 's/.*: \([0-9.]*\) requests per second.*/\1/p' | tail -1)
+  c1=$(cpu "$P")
+  printf 'piped\t%s\t%s\t%s\n' "$name" "$rps" "$(python3 -c "print(f'{($c1-$c0)*1e6/$N:.2f}')")" >> "$TSV"
+}
+piped naive-hash-tb EVALSHA "$NSHA" 1 "naive:__rand_int__" 0.001 100 1000
+piped request-tb-take EVALSHA "$QSHA" 1 "tb:{__rand_int__}" "${TB_ARGS[@]}"
+
 for bin in "$WORK/rediscpu" ${BASE_BIN:+"$BASE_BIN"}; do
   ver=new; [ "$bin" = "$WORK/rediscpu" ] || ver=base
   "$bin" -redis-url "redis://127.0.0.1:$P/0" -name "single-$ver" -callers "$CALLERS" -duration "$DURATION" >> "$TSV"
   "$bin" -redis-url "redis+cluster://127.0.0.1:$C1?addr=127.0.0.1:$C2&addr=127.0.0.1:$C3" -name "cluster-$ver" \
     -callers "$CALLERS" -duration "$DURATION" >> "$TSV"
+  "$bin" -redis-url "redis://127.0.0.1:$P/0" -name "single-$ver" -takes "$TAKES" -duration "$DURATION" >> "$TSV"
 done
+
+# Through the sidecar: wrk -c32 on a never-denying TokenBucket keyed by X-Key, one key or
+# 10,000 (wrk's script cycles through them); Redis CPU per request (each one decision).
+stat() { # port: Redis CPU seconds, script calls, reads of client input
+  redis-cli -p "$1" INFO all | tr -d '\r' | awk -F'[:,=]' '
+    /^used_cpu_(sys|user):/ {c += $2}
+    /^cmdstat_evalsha?:/ {n += $3}
+    /^total_reads_processed:/ {r = $2}
+    END {printf "%.6f %d %d\n", c, n, r}'
+}
+proccpu() { # pid: the process's CPU seconds (user + system)
+  awk -v hz="$(getconf CLK_TCK)" '{printf "%.6f\n", ($14 + $15) / hz}' "/proc/$1/stat"
+}
+if [ "$SIDECAR" = 1 ] && ! command -v wrk > /dev/null; then
+  echo "no wrk: skipping the sidecar rows (apt-get install -y wrk)" >&2; SIDECAR=0
+fi
+if [ "$SIDECAR" = 1 ]; then
+  go build -o "$WORK/sluice-sidecar" ./sidecar
+  go build -o "$WORK/upstream" ./cmd/upstream
+  UP=$(freeport); "$WORK/upstream" -listen "127.0.0.1:$UP" > /dev/null 2>&1 & PIDS+=($!)
+  waitport "$UP"
+  cat > "$WORK/policies.json" <<'EOF'
+{"version":1,"namespace":"bench","policies":[{"name":"bench","selector":{},"replicas":1,"failureMode":"Local",
+ "response":{"statusCode":429,"headers":"Both"},
+ "rules":[{"name":"per-key","key":[{"source":"header","name":"X-Key"}],"algorithm":"TokenBucket","limit":100000000,"windowMs":1000,"burst":100000000,"cost":1,"mode":"Enforce"}]}]}
+EOF
+  for sc in "$WORK/sluice-sidecar" ${BASE_SIDECAR:+"$BASE_SIDECAR"}; do
+    ver=new; [ "$sc" = "$WORK/sluice-sidecar" ] || ver=base
+    SP=$(freeport); SM=$(freeport)
+    "$sc" --listen "127.0.0.1:$SP" --upstream "http://127.0.0.1:$UP" --config "$WORK/policies.json" \
+      --pod-labels-file "" --metrics-listen "127.0.0.1:$SM" --redis-url "redis://127.0.0.1:$P/0" > "$WORK/sidecar-$ver.log" 2>&1 &
+    SPID=$!; PIDS+=($SPID)
+    waitport "$SP"
+    for _ in $(seq 100); do curl -sf "http://127.0.0.1:$SM/readyz" > /dev/null && break; sleep 0.05; done
+    for keys in 1 10000; do
+      cat > "$WORK/keys.lua" <<EOF
+local n = 0
+request = function()
+  n = n + 1
+  return wrk.format(nil, nil, {["X-Key"] = "k" .. (n % $keys)})
+end
+EOF
+      wrk -t2 -c32 -d1s -s "$WORK/keys.lua" "http://127.0.0.1:$SP/" > /dev/null # warm: connections, keys
+      read -r c0 n0 r0 < <(stat "$P")
+      s0=$(proccpu "$SPID")
+      out=$(wrk -t2 -c32 -d"$DURATION" --latency -s "$WORK/keys.lua" "http://127.0.0.1:$SP/")
+      s1=$(proccpu "$SPID")
+      read -r c1 n1 r1 < <(stat "$P")
+      reqs=$(awk '/requests in/ {print $1}' <<< "$out")
+      bad=$(awk '/Non-2xx/ {print $NF}' <<< "$out")
+      p50=$(awk '$1 == "50%" {print $2}' <<< "$out"); p99=$(awk '$1 == "99%" {print $2}' <<< "$out")
+      python3 -c "d=$reqs; print(f'rediscpu\tsidecar-$ver\t$keys\t32\t{d}\t{($c1-$c0)*1e6/d:.2f}\t{d/max(1,$n1-$n0):.2f}\t${bad:-0}\t{d/max(1,$r1-$r0):.2f}')" >> "$TSV"
+      python3 -c "d=$reqs; print(f'sidecar\tsidecar-$ver\t$keys\t{d}\t{($s1-$s0)*1e6/d:.2f}\t$p50\t$p99')" >> "$TSV"
+    done
+    kill "$SPID"; wait "$SPID" 2>/dev/null || true
+  done
+fi
 
 python3 - "$TSV" "$(cut -d' ' -f1-3 /proc/loadavg)" "$(nproc)" > "$OUT/rediscpu.md" <<'PY'
 import sys
@@ -98,5 +190,29 @@ for r in rows:
         continue
     _, topo, keys, callers, n, us, per, fails, reads = r
     print(f"| {topo} | {keys} | {callers} | {n} | {float(us):.2f} | {float(us)/naive:.2f} | {float(per):.1f} | {float(reads):.1f} | {fails} |")
+script = [r for r in rows if r[0] == "script"]
+if script:
+    print()
+    print("The request script alone (bench/rediscpu -takes): one TakeRequest of that many takes per script call, 4 callers, single server.")
+    print()
+    print("| version | keys | takes per call | decisions | Redis CPU µs/decision | × naive | Redis µs in EVALSHA per call | per decision | errors |")
+    print("|---|---:|---:|---:|---:|---:|---:|---:|---:|")
+    for _, topo, keys, g, n, us, call, fails in script:
+        print(f"| {topo} | {keys} | {g} | {n} | {float(us):.2f} | {float(us)/naive:.2f} | {float(call):.2f} | {float(call)/int(g):.2f} | {fails} |")
+side = [r for r in rows if r[0] == "sidecar"]
+if side:
+    print()
+    print("The sidecar's own CPU per request and wrk's latency (wrk -t2 -c32 --latency).")
+    print()
+    print("| version | keys | requests | sidecar CPU µs/request | p50 | p99 |")
+    print("|---|---:|---:|---:|---:|---:|")
+    for _, topo, keys, n, us, p50, p99 in side:
+        print(f"| {topo} | {keys} | {n} | {float(us):.2f} | {p50} | {p99} |")
+piped = {r[1]: (float(r[2]), float(r[3])) for r in rows if r[0] == "piped"}
+if piped:
+    (nr, nc), (tr, tc) = piped["naive-hash-tb"], piped["request-tb-take"]
+    print()
+    print(f"redis-benchmark -P 32 -c 50, one key of 10,000 per call: naive hash token bucket {nr:,.0f}/s ({nc:.2f} µs of Redis CPU per call), "
+          f"the request script's TokenBucket take {tr:,.0f}/s ({tc:.2f} µs): {tr/nr:.2f}x the naive script's rate.")
 PY
 cat "$OUT/rediscpu.md"

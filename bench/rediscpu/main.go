@@ -7,6 +7,14 @@
 //
 //	rediscpu <topology> <keys> <callers> <decisions> <cpu µs per decision> <decisions per script call> <errors> <decisions per read>
 //
+// With -takes (e.g. 1,14,32) it isolates the script's cost instead: each script call is one
+// TakeRequest of that many takes, all on one hot key or on as many distinct keys (out of
+// 10,000), sent by 4 callers one after another (no coalescing), so every call carries exactly
+// that many decisions; Redis's time inside EVALSHA (INFO commandstats usec) per call and per
+// decision isolates the script from the per-command overhead of the pipelines:
+//
+//	script <topology> <keys> <takes per call> <decisions> <cpu µs per decision> <script µs per call> <errors>
+//
 // bench/rediscpu.sh runs it next to redis-benchmark references; the same source builds
 // against an earlier commit's store for a side-by-side run.
 package main
@@ -34,6 +42,7 @@ func main() {
 	keys := flag.String("keys", "1,10000", "distinct keys, comma-separated (1: one hot key)")
 	duration := flag.Duration("duration", 2*time.Second, "per case")
 	topo := flag.String("name", "single", "topology name for the output")
+	takes := flag.String("takes", "", "script mode: takes per script call, comma-separated")
 	flag.Parse()
 	client, err := redisstore.NewClientFromURL(*url)
 	if err != nil {
@@ -41,6 +50,10 @@ func main() {
 	}
 	ctx := context.Background()
 	lim := limiter.Limit{Algorithm: limiter.TokenBucket, Limit: 100_000_000, Window: time.Second}
+	if *takes != "" {
+		scriptMode(ctx, client, lim, *topo, *keys, *takes, *duration)
+		return
+	}
 	for _, ks := range strings.Split(*keys, ",") {
 		nk, _ := strconv.Atoi(ks)
 		for _, cs := range strings.Split(*callers, ",") {
@@ -50,7 +63,7 @@ func main() {
 			for i := range nk {
 				_, _ = s.Take(ctx, "k"+strconv.Itoa(i), lim, 1, time.Time{})
 			}
-			cpu0, calls0, reads0 := stats(ctx, client)
+			cpu0, calls0, reads0, _ := stats(ctx, client)
 			var n, fails atomic.Int64
 			stop := time.Now().Add(*duration)
 			var wg sync.WaitGroup
@@ -66,7 +79,7 @@ func main() {
 				})
 			}
 			wg.Wait()
-			cpu1, calls1, reads1 := stats(ctx, client)
+			cpu1, calls1, reads1, _ := stats(ctx, client)
 			_ = s.Close()
 			d := n.Load()
 			fmt.Printf("rediscpu\t%s\t%d\t%d\t%d\t%.2f\t%.2f\t%d\t%.2f\n", *topo, nk, c, d, (cpu1-cpu0)*1e6/float64(d),
@@ -75,8 +88,59 @@ func main() {
 	}
 }
 
-// stats sums Redis CPU seconds, script calls and reads of client input over the masters.
-func stats(ctx context.Context, client redis.UniversalClient) (cpu float64, calls, reads int64) {
+// scriptMode prints a script line per number of keys and of takes per call (see the package
+// comment).
+func scriptMode(ctx context.Context, client redis.UniversalClient, lim limiter.Limit, topo, keys, takes string, duration time.Duration) {
+	const callers = 4
+	for _, ks := range strings.Split(keys, ",") {
+		nk, _ := strconv.Atoi(ks)
+		for _, ts := range strings.Split(takes, ",") {
+			g, _ := strconv.Atoi(ts)
+			s := redisstore.New(client, redisstore.Options{Prefix: fmt.Sprintf("scr%d-%d-%d", time.Now().UnixNano()%1e6, nk, g), Timeout: time.Second})
+			request := func(first int) error {
+				tk := make([]limiter.Take, g)
+				for j := range tk {
+					k := "hot"
+					if nk > 1 {
+						k = "k" + strconv.Itoa((first+j)%nk)
+					}
+					tk[j] = limiter.Take{Key: k, Limit: lim, N: 1}
+				}
+				res := make([]limiter.Result, g)
+				_, err := s.TakeRequest(ctx, tk, time.Time{}, res)
+				return err
+			}
+			for i := 0; i < nk; i += g { // warm: every key written once
+				_ = request(i)
+			}
+			cpu0, calls0, _, usec0 := stats(ctx, client)
+			var n, fails atomic.Int64
+			stop := time.Now().Add(duration)
+			var wg sync.WaitGroup
+			for c := range callers {
+				wg.Go(func() {
+					for i := c * g; time.Now().Before(stop); i += callers * g {
+						if err := request(i); err != nil {
+							fails.Add(1)
+						} else {
+							n.Add(int64(g))
+						}
+					}
+				})
+			}
+			wg.Wait()
+			cpu1, calls1, _, usec1 := stats(ctx, client)
+			_ = s.Close()
+			d := n.Load()
+			fmt.Printf("script\t%s\t%d\t%d\t%d\t%.2f\t%.2f\t%d\n", topo, nk, g, d, (cpu1-cpu0)*1e6/float64(d),
+				float64(usec1-usec0)/float64(calls1-calls0), fails.Load())
+		}
+	}
+}
+
+// stats sums Redis CPU seconds, script calls, reads of client input and µs spent in scripts
+// over the masters.
+func stats(ctx context.Context, client redis.UniversalClient) (cpu float64, calls, reads, usec int64) {
 	var mu sync.Mutex
 	one := func(ctx context.Context, c *redis.Client) error {
 		info, err := c.Info(ctx, "cpu", "commandstats", "stats").Result()
@@ -96,9 +160,11 @@ func stats(ctx context.Context, client redis.UniversalClient) (cpu float64, call
 				reads += n
 			case "cmdstat_evalsha", "cmdstat_eval":
 				// calls=N,usec=...
-				f := strings.TrimPrefix(strings.Split(v, ",")[0], "calls=")
-				n, _ := strconv.ParseInt(f, 10, 64)
+				f := strings.Split(v, ",")
+				n, _ := strconv.ParseInt(strings.TrimPrefix(f[0], "calls="), 10, 64)
+				u, _ := strconv.ParseInt(strings.TrimPrefix(f[1], "usec="), 10, 64)
 				calls += n
+				usec += u
 			}
 		}
 		return nil
@@ -112,5 +178,5 @@ func stats(ctx context.Context, client redis.UniversalClient) (cpu float64, call
 	if err != nil {
 		log.Fatal(err)
 	}
-	return cpu, calls, reads
+	return cpu, calls, reads, usec
 }

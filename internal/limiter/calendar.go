@@ -134,14 +134,8 @@ func (s *CalendarWindowState) Take(lim Limit, c, now, start, end int64) Result {
 
 // take is Take with lim by reference, for the store's hot path.
 func (s *CalendarWindowState) take(lim *Limit, c, now, start, end int64) Result {
-	L := lim.Limit
-	if start > s.Start {
-		s.Start, s.End, s.Count = start, end, 0
-	} else if start < s.Start {
-		now = s.Start
-	}
-	e := max(1, s.End-now)
-	var r Result
+	L, e := lim.Limit, s.roll(now, start, end)
+	var r Result // as in FixedWindowState.take
 	switch {
 	case c > L:
 		r = costExceedsCapacity(L)
@@ -156,4 +150,15 @@ func (s *CalendarWindowState) take(lim *Limit, c, now, start, end int64) Result 
 		r.ResetAfter = ms(e)
 	}
 	return r
+}
+
+// roll brings s forward to now, whose window is [start, end), and returns the ms to the end
+// of its window (at least 1), from now or, when the clock went back, from its start.
+func (s *CalendarWindowState) roll(now, start, end int64) int64 {
+	if start > s.Start {
+		s.Start, s.End, s.Count = start, end, 0
+	} else if start < s.Start {
+		now = s.Start
+	}
+	return max(1, s.End-now)
 }

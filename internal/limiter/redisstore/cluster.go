@@ -6,7 +6,6 @@ import (
 	"errors"
 	"strings"
 	"sync/atomic"
-	"time"
 
 	"github.com/redis/go-redis/v9"
 )
@@ -31,53 +30,19 @@ import (
 // decision is still exactly MemoryStore's for the sequence Redis applied. Errors that may
 // mean the call ran (a timeout, a broken connection) are reported, never retried.
 
-// A cluster batcher's flush policy. A Store's callers spread over the masters, so at a given
-// load each master sees a third of the calls a single node would, and natural batching (send
-// whatever queued during the last round trip) gives it batches a third the size, at a script
-// call's fixed cost each: Redis CPU per decision was 1.8 to 2 times a single node's for
-// distinct keys (bench/rediscpu.sh). So a cluster batcher keeps one pipeline in flight
-// (clusterSenders), and while the Store is busy (at least clusterBatch calls in flight over all
-// its masters) lets a batch smaller than clusterBatch wait up to clusterLinger for more calls.
-// An idle or lightly used Store never waits: with fewer calls than clusterBatch in flight,
-// the calls a batch could wait for may never come.
-const (
-	clusterSenders = 1
-	clusterBatch   = 16
-	clusterLinger  = 500 * time.Microsecond
-)
+// A cluster batcher's flush policy is clusterPolicy (see flush.go): a Store's callers spread
+// over the masters, so at a given load each master sees a third of the calls a single node
+// would, and natural batching (send whatever queued during the last round trip) gave it
+// batches a third the size, at a script call's fixed cost each: Redis CPU per decision was 1.8
+// to 2 times a single node's for distinct keys (bench/rediscpu.sh).
 
 // newNodeBatcher starts the batcher of one master of a cluster; load counts the calls in
 // flight on all of the Store's masters.
 func newNodeBatcher(client *redis.ClusterClient, node *redis.Client, minTTL int64, load *atomic.Int64) *batcher {
 	b := makeBatcher(client, node, minTTL)
 	b.load = load
-	b.start(clusterSenders)
+	b.start(b.policy.senders)
 	return b
-}
-
-// gather lets a cluster batcher's batch wait for more calls (see clusterLinger) and returns it.
-// *timer is the sender's, made at its first use.
-func (b *batcher) gather(batch []*call, timer **time.Timer) []*call {
-	if len(batch) >= clusterBatch || b.load.Load() < clusterBatch {
-		return batch
-	}
-	if *timer == nil {
-		*timer = time.NewTimer(clusterLinger)
-	} else {
-		(*timer).Reset(clusterLinger)
-	}
-	defer (*timer).Stop()
-	for len(batch) < clusterBatch {
-		select {
-		case c := <-b.queue:
-			batch = append(batch, c)
-		case <-(*timer).C:
-			return batch
-		case <-b.stop:
-			return batch
-		}
-	}
-	return batch
 }
 
 //go:embed lua/crossslot.lua
@@ -121,8 +86,7 @@ func (b *batcher) execNode(ctx context.Context, scripts []*merged, src bool) []*
 	pipe := b.node.Pipeline()
 	cmds := make([]*redis.Cmd, len(scripts))
 	for i, m := range scripts {
-		argv := make([]any, 0, len(m.args)+len(m.keys)+1)
-		argv = append(argv, m.args...)
+		argv := m.argv(b.minTTL)
 		for _, k := range m.keys {
 			argv = append(argv, k)
 		}

@@ -3,6 +3,7 @@ package redisstore
 import (
 	"context"
 	"math/rand/v2"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -23,29 +24,25 @@ type queued struct {
 
 // queueTake is the call Take makes for one take.
 func queueTake(ctx context.Context, s *Store, nowArg string, t limiter.Take) queued {
-	args := appendTake([]any{-1}, 1, &t, time.Time{}) // no calendar limits here
-	return queued{&call{ctx: ctx, nowArg: nowArg, keys: s.Keys(t.Key, t.Limit), args: args, takes: 1, done: make(chan struct{})}, []limiter.Take{t}}
+	st := s.alone(t.Key, t.Limit, t.N, time.Time{}, kindEnforce, 0) // no calendar limits here
+	return queued{&call{ctx: ctx, nowArg: nowArg, keys: s.Keys(t.Key, t.Limit), takes: st, done: make(chan struct{})}, []limiter.Take{t}}
 }
 
 // queueRequest is the call TakeRequest makes on a single node.
 func queueRequest(ctx context.Context, s *Store, nowArg string, takes []limiter.Take) queued {
 	var keys []string
-	args := []any{len(takes)}
+	var st []scriptTake
 	for i := range takes {
 		rk := s.Keys(takes[i].Key, takes[i].Limit)[0]
-		k := 0
-		for j, have := range keys {
-			if have == rk {
-				k = j + 1
-			}
-		}
-		if k == 0 {
-			keys = append(keys, rk)
+		k := slices.Index(keys, rk)
+		if k < 0 {
 			k = len(keys)
+			keys = append(keys, rk)
 		}
-		args = appendTake(args, k, &takes[i], time.Time{})
+		st = append(st, takeOf(k, &takes[i], time.Time{}))
 	}
-	return queued{&call{ctx: ctx, nowArg: nowArg, keys: keys, args: args, takes: len(takes), done: make(chan struct{})}, takes}
+	st[len(st)-1].flags |= flagEnd
+	return queued{&call{ctx: ctx, nowArg: nowArg, keys: keys, takes: st, done: make(chan struct{})}, takes}
 }
 
 // TestCoalescedBatchesEqualMemoryStore sends batches of 1 to 64 calls (Takes on one hot key and
@@ -135,7 +132,7 @@ func checkCoalescedBatches(t *testing.T, tgt batchTarget, base limiter.Limit, se
 				got[j] = resultFrom(q.c.vals[requestFields*j:], q.takes[j].Limit.Capacity())
 			}
 			want := make([]limiter.Result, len(q.takes))
-			if q.c.args[0] == -1 {
+			if q.c.takes[0].flags&flagAlone != 0 {
 				r, err := ms.Take(ctx, q.takes[0].Key, q.takes[0].Limit, q.takes[0].N, at(now))
 				if err != nil {
 					t.Fatal(err)

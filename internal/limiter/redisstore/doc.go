@@ -8,15 +8,26 @@
 // Redis (TIME, once per script call), so every client shares one clock however far apart their
 // own clocks are.
 //
+// What a decision costs Redis is mostly per script call (the call itself, TIME, a GET and a SET
+// per key), so the script keeps the per-take part small: a take travels as one integer (its
+// key, limit, cost and flags packed; each limit once per call), a run of equal Takes of a hot
+// key as one integer and a count, a decision comes back as one integer in the common case
+// (allowed, reason, remaining and resetAfter packed), and a call defines only the transitions
+// of the algorithms it uses (see lua/request.lua; bench/rediscpu.sh measures it).
+//
 // Concurrent decisions share round trips and script calls: the Store's batcher coalesces the
 // Takes and TakeRequests waiting at that moment into as few calls of the script as it can,
 // each a group decided in arrival order at one instant, exactly as MemoryStore would decide that
-// sequence (see batch.go): a hot key costs one script call per batch. A single-node or Sentinel
-// client has one batcher; a Redis Cluster client one per master, so a hung master delays only
-// its own keys. A master's batcher coalesces its calls across slots into script calls sent to
-// that master (Redis 7's allow-cross-slot-keys, keys passed in ARGV; see cluster.go), and sends
-// a batch the master refuses because a slot moved again per slot through the cluster client,
-// which follows MOVED and ASK. Close stops the batchers.
+// sequence (see batch.go): a hot key costs one script call per batch. One flush policy decides
+// when a batch goes (flush.go): an idle or lightly used Store sends a lone call at once on its own
+// round trip; a busy one keeps one pipeline in flight per batcher and lets the next batch wait,
+// up to 1 ms (500 µs on a cluster master), for as many calls as were in flight lately, so that N
+// callers in a closed loop (a sidecar's requests) share about N decisions per script call. A
+// single-node or Sentinel client has one batcher; a Redis Cluster client one per master, so a
+// hung master delays only its own keys. A master's batcher coalesces its calls across slots
+// into script calls sent to that master (Redis 7's allow-cross-slot-keys, keys passed in ARGV;
+// see cluster.go), and sends a batch the master refuses because a slot moved again per slot
+// through the cluster client, which follows MOVED and ASK. Close stops the batchers.
 //
 // A Store keeps at most MaxConns (2) round trips in flight per Redis node, and the clients of
 // NewClient and NewClientFromURL hold at most that many connections per node, none to cluster
@@ -61,6 +72,11 @@
 // one-minute window (key name and Redis's per-key overhead included; TestMemoryPerKey logs it):
 // 88 bytes for each string layout; 184 bytes for a log with one entry, plus about 12 bytes per
 // further entry (a full log of 10,000 entries is about 119 KiB).
+//
+// The second round of issue 13 (the compact arguments and replies above) left the state
+// layout, and so the schema, as it was: only what a call sends and returns changed, which is
+// never stored, so Stores of both versions (two script digests) share one key's state during a
+// rollout.
 //
 // Schema 1 (until issue 13) named keys <prefix>:{<hex of 128 bits of SHA-256(k)>}:<alg>1:<W>
 // and kept the buckets in decimal ("<tokens> <instant>"): 120 to 136 bytes per limiter. Its

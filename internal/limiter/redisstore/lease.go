@@ -3,7 +3,6 @@ package redisstore
 import (
 	"context"
 	"fmt"
-	"strconv"
 	"time"
 
 	"github.com/sluice-dev/sluice/internal/limiter"
@@ -12,17 +11,13 @@ import (
 var _ limiter.Lessor = (*Store)(nil)
 
 // Issue implements limiter.Lessor: one call of the request script (coalesced with the others
-// waiting, as Take) with a take of cost -k, which lua/request.lua decides as k takes of cost 1
+// waiting, as Take) with a lease of k units, which lua/request.lua decides as k takes of cost 1
 // at one instant and charges as one take; the take is committed whether or not units are
 // issued, as Take's. now and the errors are as for Take.
 func (s *Store) Issue(ctx context.Context, key string, lim limiter.Limit, k int64, now time.Time) (limiter.Grant, error) {
-	nowArg := ""
-	if s.explicitTime {
-		nowMs := now.UnixMilli()
-		if nowMs < 0 || nowMs > limiter.MaxNowMs {
-			return limiter.Grant{}, fmt.Errorf("%w: %s is outside the Unix epoch .. %d ms", limiter.ErrInvalidTime, now, limiter.MaxNowMs)
-		}
-		nowArg = strconv.FormatInt(nowMs, 10)
+	nowArg, err := s.nowArg(now)
+	if err != nil {
+		return limiter.Grant{}, err
 	}
 	if err := limiter.ValidateIssue(lim, k); err != nil {
 		return limiter.Grant{}, err
@@ -30,10 +25,7 @@ func (s *Store) Issue(ctx context.Context, key string, lim limiter.Limit, k int6
 	ctx, cancel := context.WithTimeout(ctx, s.timeout)
 	defer cancel()
 	start := time.Now()
-	t := limiter.Take{Key: key, Limit: lim, N: -k}
-	args := appendTake(make([]any, 1, 1+takeArgs), 1, &t, now)
-	args[0] = -1
-	vals, err := s.run(ctx, nowArg, s.Keys(key, lim), args, 1)
+	vals, err := s.run(ctx, nowArg, s.Keys(key, lim), s.alone(key, lim, k, now, kindLease, flagState))
 	if err != nil {
 		return limiter.Grant{}, s.wrap(ctx, err, time.Since(start))
 	}

@@ -2,9 +2,8 @@ package redisstore
 
 import (
 	"context"
-	"fmt"
+	"errors"
 	"slices"
-	"strconv"
 	"sync"
 	"time"
 
@@ -15,11 +14,151 @@ import (
 
 var _ limiter.RequestStore = (*Store)(nil)
 
-// requestFields is how many integers the request script returns per take.
+// requestFields is how many integers a take's decision has once decodeReplies has expanded the
+// request script's compact reply: allowed 0/1, remaining, resetAfter ms, retryAfter ms (-1:
+// never), delay ms (a lease's units issued), reason, at and content (see lua/request.lua).
 const requestFields = 8
 
-// takeArgs is how many arguments the request script takes per take (appendTake).
-const takeArgs = 8
+// The request script's arguments (lua/request.lua): a take is one integer, its flags f plus
+// its key's and limit's indices and its cost packed above them, unless they do not fit.
+const (
+	kindEnforce     = 0 // an enforced take
+	kindShadow      = 1 // a take that does not deny its request
+	kindCharge      = 2 // a late charge (limiter.Charger)
+	kindCheck       = 3 // denies its request, changes nothing
+	kindShadowCheck = 4
+	kindLease       = 5 // a lease of up to cost units (limiter.Lessor)
+
+	flagState = 8  // the reply carries the take's at and content
+	flagEnd   = 16 // the take ends its request
+	flagAlone = 32 // a group of its own, committed even when denied: Take, Charge, Issue
+	flagBig   = 64 // key, limit and cost follow as three arguments of their own
+
+	packedIndices = 512     // keys and limits a packed take can name
+	packedCost    = 1 << 27 // costs below it pack (above limiter.MaxLimit + 1)
+	maxExact      = 1 << 53 // the largest integer the script's doubles hold exactly
+)
+
+// scriptLimit is a Limit as the request script's ARGV carries it: algorithm (algCode), L, W,
+// cap and M; a calendar window's W and M are the end and start of now's window.
+type scriptLimit [5]int64
+
+// scriptTake is one take of a call of the request script.
+type scriptTake struct {
+	key   int // index into the call's keys, from 0
+	lim   scriptLimit
+	cost  int64
+	flags int64 // a kind and flags, as above
+}
+
+// scriptCall is the ARGV of one call of the request script, built take by take; keys are
+// named by their indices into the call's KEYS, from 0.
+type scriptCall struct {
+	nowArg string
+	kinds  int64 // the sum of 2^kind over the kinds of take in the call
+	limits []scriptLimit
+	takes  []any // the takes, encoded
+	// last is the last take's encoded integer when it is a Take, Charge or Issue that another
+	// equal to it may repeat (see add), else 0; repeat is the index of the repeat count that
+	// follows it in takes, or -1.
+	last   int64
+	repeat int
+}
+
+// add appends take t, naming its key by index key (from 0).
+func (sc *scriptCall) add(key int, t *scriptTake) {
+	l := slices.Index(sc.limits, t.lim)
+	if l < 0 {
+		l = len(sc.limits)
+		sc.limits = append(sc.limits, t.lim)
+	}
+	// A cost the script cannot tell from a smaller one is clamped, which keeps it exact in the
+	// script's doubles and usually packable: a take's above max(L, cap) is denied whatever it
+	// is, a lease issues at most cap, and a late charge of 2^53 units already drains any bucket
+	// to limiter.MaxDebt.
+	c := t.cost
+	switch t.flags & 7 {
+	case kindCharge:
+		c = min(c, maxExact)
+	case kindLease:
+		c = min(c, t.lim[3])
+	default:
+		c = min(c, max(t.lim[1], t.lim[3])+1)
+	}
+	sc.kinds |= 1 << (t.flags & 7)
+	if key < packedIndices && l < packedIndices && c >= 0 && c < packedCost {
+		v := t.flags + 128*(int64(key)+packedIndices*(int64(l)+packedIndices*c))
+		switch {
+		case sc.last == 0 || v != sc.last:
+			sc.takes = append(sc.takes, v)
+			sc.last, sc.repeat = 0, -1
+			if t.flags&flagAlone != 0 {
+				sc.last = v
+			}
+		case sc.repeat < 0: // a hot key's batch: -r stands for r more takes equal to the last
+			sc.repeat = len(sc.takes)
+			sc.takes = append(sc.takes, int64(-1))
+		default:
+			sc.takes[sc.repeat] = sc.takes[sc.repeat].(int64) - 1
+		}
+		return
+	}
+	sc.takes = append(sc.takes, t.flags|flagBig, key+1, l+1, c)
+	sc.last = 0
+}
+
+// argv is the call's ARGV.
+func (sc *scriptCall) argv(minTTL int64) []any {
+	args := make([]any, 0, 4+5*len(sc.limits)+len(sc.takes))
+	args = append(args, sc.nowArg, minTTL, sc.kinds, len(sc.limits))
+	for _, l := range sc.limits {
+		args = append(args, l[0], l[1], l[2], l[3], l[4])
+	}
+	return append(args, sc.takes...)
+}
+
+// errReply is a reply of the request script that does not fit its takes.
+var errReply = errors.New("request script returned a reply that does not fit its takes")
+
+// decodeReplies expands the replies of n takes at the start of vals, the request script's
+// compact form, into requestFields integers each, and returns the rest of vals.
+func decodeReplies(vals []int64, n int) (out, rest []int64, err error) {
+	out = make([]int64, requestFields*n)
+	for i := range n {
+		if len(vals) < 1 {
+			return nil, nil, errReply
+		}
+		r1, o := vals[0], out[requestFields*i:]
+		o[0], o[1], o[2], o[5] = r1&1, r1>>6&(1<<27-1), r1>>33, r1>>3&3
+		vals = vals[1:]
+		if r1&32 != 0 {
+			if len(vals) < 1 {
+				return nil, nil, errReply
+			}
+			o[2] = vals[0]
+			vals = vals[1:]
+		}
+		if r1&2 != 0 {
+			if len(vals) < 1 {
+				return nil, nil, errReply
+			}
+			if r1&1 == 1 {
+				o[4] = vals[0]
+			} else {
+				o[3] = vals[0]
+			}
+			vals = vals[1:]
+		}
+		if r1&4 != 0 {
+			if len(vals) < 2 {
+				return nil, nil, errReply
+			}
+			o[6], o[7] = vals[0], vals[1]
+			vals = vals[2:]
+		}
+	}
+	return out, vals, nil
+}
 
 // TakeRequest implements limiter.RequestStore: a request is admitted only when every enforced
 // take is allowed, and only then is any take charged. now, the costs, the Limits, the budget
@@ -65,13 +204,9 @@ const takeArgs = 8
 // The per-call instant of a cluster request is each master's clock (by default); with
 // explicit time, now.
 func (s *Store) TakeRequest(ctx context.Context, takes []limiter.Take, now time.Time, res []limiter.Result) (bool, error) {
-	nowArg := ""
-	if s.explicitTime {
-		nowMs := now.UnixMilli()
-		if nowMs < 0 || nowMs > limiter.MaxNowMs {
-			return false, fmt.Errorf("%w: %s is outside the Unix epoch .. %d ms", limiter.ErrInvalidTime, now, limiter.MaxNowMs)
-		}
-		nowArg = strconv.FormatInt(nowMs, 10)
+	nowArg, err := s.nowArg(now)
+	if err != nil {
+		return false, err
 	}
 	if err := limiter.ValidateRequest(takes, res); err != nil {
 		return false, err
@@ -96,12 +231,12 @@ func (s *Store) TakeRequest(ctx context.Context, takes []limiter.Take, now time.
 		keyOf[i] = j
 	}
 	if _, single := s.client.(*redis.Client); single || len(keys) == 1 {
-		args := make([]any, 0, 1+takeArgs*len(takes))
-		args = append(args, len(takes))
+		st := make([]scriptTake, len(takes))
 		for i := range takes {
-			args = appendTake(args, keyOf[i]+1, &takes[i], now)
+			st[i] = takeOf(keyOf[i], &takes[i], now)
 		}
-		if _, _, err := s.runRequest(ctx, nowArg, keys, args, takes, res); err != nil {
+		st[len(st)-1].flags |= flagEnd
+		if _, _, err := s.runRequest(ctx, nowArg, keys, st, takes, res); err != nil {
 			return false, s.wrap(ctx, err, time.Since(start))
 		}
 		return limiter.Admitted(takes, res), nil
@@ -109,32 +244,33 @@ func (s *Store) TakeRequest(ctx context.Context, takes []limiter.Take, now time.
 	return s.reserve(ctx, start, keys, keyOf, takes, now, nowArg, res)
 }
 
-// appendTake appends a take's fields for the request script, naming its key by index k. A
-// calendar window's W and M fields carry the end and start of now's window (the caller's
-// clock, in the limit's time zone: the script has no time-zone database).
-func appendTake(args []any, k int, t *limiter.Take, now time.Time) []any {
+// takeOf is take t of a request for the request script, its key keys[k]: enforced, shadow or
+// a check as t says. A calendar window's W and M carry the end and start of now's window (the
+// caller's clock, in the limit's time zone: the script has no time-zone database).
+func takeOf(k int, t *limiter.Take, now time.Time) scriptTake {
 	lim := &t.Limit
-	shadow := 0
+	kind := int64(kindEnforce)
 	switch {
 	case t.Check && t.Shadow:
-		shadow = 4
+		kind = kindShadowCheck
 	case t.Check:
-		shadow = 3
+		kind = kindCheck
 	case t.Shadow:
-		shadow = 1
+		kind = kindShadow
 	}
 	w, m := lim.WindowMs(), lim.MaxDelay.Milliseconds()
 	if lim.Period != "" {
 		m, w = lim.CalendarBounds(now.UnixMilli())
 	}
-	return append(args, k, algCode(lim), lim.Limit, w, lim.Capacity(), t.N, m, shadow)
+	return scriptTake{key: k, lim: scriptLimit{int64(algCode(lim)), lim.Limit, w, lim.Capacity(), m}, cost: t.N, flags: kind}
 }
 
-// runRequest runs the request script on one group (args: its count, then its takes) and
-// fills res (in the order of takes, the script's replies) from its reply. It returns the
-// script's 7th and 8th fields of the last take, what a refund of the call's charges needs.
-func (s *Store) runRequest(ctx context.Context, nowArg string, keys []string, args []any, takes []limiter.Take, res []limiter.Result) (at, content int64, err error) {
-	vals, err := s.run(ctx, nowArg, keys, args, len(takes))
+// runRequest runs the request script on one group of takes (st, the script's form of takes)
+// and fills res (in the order of takes, the script's replies) from its reply. It returns the
+// at and content of the last take that is not a check (flagState), what a refund of the call's
+// charges needs.
+func (s *Store) runRequest(ctx context.Context, nowArg string, keys []string, st []scriptTake, takes []limiter.Take, res []limiter.Result) (at, content int64, err error) {
+	vals, err := s.run(ctx, nowArg, keys, st)
 	if err != nil {
 		return 0, 0, err
 	}
@@ -182,15 +318,16 @@ func (s *Store) reserve(ctx context.Context, start time.Time, keys []string, key
 	for k := range calls {
 		c := &calls[k]
 		wg.Go(func() {
-			args := make([]any, 0, 1+takeArgs*len(c.takes))
-			args = append(args, len(c.takes))
+			st := make([]scriptTake, len(c.takes))
 			sub := make([]limiter.Take, len(c.takes))
 			for j, i := range c.takes {
 				sub[j] = takes[i]
-				args = appendTake(args, 1, &takes[i], now)
+				st[j] = takeOf(0, &takes[i], now)
+				st[j].flags |= flagState
 			}
+			st[len(st)-1].flags |= flagEnd
 			out := make([]limiter.Result, len(sub))
-			c.at, c.content, c.err = s.runRequest(ctx, nowArg, keys[k:k+1], args, sub, out)
+			c.at, c.content, c.err = s.runRequest(ctx, nowArg, keys[k:k+1], st, sub, out)
 			if c.err == nil {
 				for j, i := range c.takes {
 					res[i] = out[j]

@@ -341,10 +341,12 @@ func TestRefund(t *testing.T) {
 						t.Fatalf("op %d: memory %+v, redis %+v: both should admit", i, want, got)
 					}
 				case "reserve":
-					args := appendTake([]any{1}, 1, &limiter.Take{Key: key, Limit: tc.lim, N: o.n}, now)
+					take := limiter.Take{Key: key, Limit: tc.lim, N: o.n}
+					st := takeOf(0, &take, now)
+					st.flags |= flagEnd | flagState
 					res := make([]limiter.Result, 1)
 					var err error
-					resAt, resContent, err = rs.runRequest(ctx, strconv.FormatInt(now.UnixMilli(), 10), rk, args, []limiter.Take{{Key: key, Limit: tc.lim, N: o.n}}, res)
+					resAt, resContent, err = rs.runRequest(ctx, strconv.FormatInt(now.UnixMilli(), 10), rk, []scriptTake{st}, []limiter.Take{take}, res)
 					if err != nil || !res[0].Allowed {
 						t.Fatalf("op %d: reservation %+v, %v", i, res[0], err)
 					}
@@ -363,6 +365,35 @@ func TestRefund(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// TestTakeRequestManyKeysAndLimits: requests of more keys and distinct limits than the
+// request script's packed takes can name (lua/request.lua), admitted and denied, decide as
+// limiter.MemoryStore does.
+func TestTakeRequestManyKeysAndLimits(t *testing.T) {
+	client := newClient(t, redisserver.StartTest(t).URL())
+	rs := newStore(t, client, explicitTime("many"))
+	ms := limiter.NewMemoryStore(limiter.MemoryStoreOptions{})
+	const n = packedIndices + 88
+	for step, deny := range []bool{false, false, true, false} {
+		takes := make([]limiter.Take, n)
+		for i := range takes {
+			// A limit of its own per take, each of the later ones on a key of its own.
+			lim := limiter.Limit{Algorithm: limiter.FixedWindow, Limit: 10 + int64(i), Window: time.Minute}
+			takes[i] = limiter.Take{Key: "k" + strconv.Itoa(i%(n-40)), Limit: lim, N: 1}
+		}
+		if deny {
+			takes[n-1].N = takes[n-1].Limit.Limit // denied after the earlier steps: nothing is charged
+		}
+		want, wantOK := mustTakeRequest(t, ms, takes, at(int64(step)))
+		got, gotOK := mustTakeRequest(t, rs, takes, at(int64(step)))
+		if gotOK != wantOK || !slices.Equal(got, want) {
+			t.Fatalf("step %d: redis %v %+v\nmemory %v %+v", step, gotOK, got, wantOK, want)
+		}
+		if wantOK == deny {
+			t.Fatalf("step %d: admitted %v", step, wantOK)
+		}
 	}
 }
 

@@ -100,8 +100,8 @@ func New(client redis.UniversalClient, opts Options) *Store {
 	return newWithSenders(client, opts, senders)
 }
 
-// newWithSenders is New with n pipelines in flight at most per batcher (a cluster's batchers
-// have clusterSenders, see cluster.go); 0 sends every call on its own. The benchmarks compare
+// newWithSenders is New with n pipelines in flight at most per single-node batcher (a
+// cluster's batchers have clusterPolicy's, see flush.go); 0 sends every call on its own. The benchmarks compare
 // them.
 func newWithSenders(client redis.UniversalClient, opts Options, n int) *Store {
 	if err := opts.Validate(); err != nil {
@@ -152,18 +152,32 @@ func (s *Store) batcherFor(ctx context.Context, key string) (*batcher, error) {
 	return b, nil
 }
 
+// nowArg is the request script's ARGV[1] for a decision at now: empty (Redis's clock) unless
+// Options.ExplicitTime, else now in ms, which must lie between the Unix epoch and
+// limiter.MaxNowMs (else the error wraps limiter.ErrInvalidTime).
+func (s *Store) nowArg(now time.Time) (string, error) {
+	if !s.explicitTime {
+		return "", nil
+	}
+	nowMs := now.UnixMilli()
+	if nowMs < 0 || nowMs > limiter.MaxNowMs {
+		return "", fmt.Errorf("%w: %s is outside the Unix epoch .. %d ms", limiter.ErrInvalidTime, now, limiter.MaxNowMs)
+	}
+	return strconv.FormatInt(nowMs, 10), nil
+}
+
 // run decides one group of the request script (see call in batch.go) and returns its
 // requestFields integers per take.
-func (s *Store) run(ctx context.Context, nowArg string, keys []string, args []any, takes int) ([]int64, error) {
+func (s *Store) run(ctx context.Context, nowArg string, keys []string, takes []scriptTake) ([]int64, error) {
 	b, err := s.batcherFor(ctx, keys[0])
 	if err != nil {
 		return nil, err
 	}
 	var vals []int64
 	if b != nil {
-		vals, err = b.do(ctx, nowArg, keys, args, takes)
+		vals, err = b.do(ctx, nowArg, keys, takes)
 	} else {
-		vals, err = runDirect(ctx, s.client, nowArg, s.minTTL, keys, args, takes)
+		vals, err = runDirect(ctx, s.client, nowArg, s.minTTL, keys, takes)
 	}
 	if err != nil {
 		s.reloadCluster()
@@ -196,17 +210,30 @@ func (s *Store) reloadCluster() {
 }
 
 // runDirect is one call of the request script with one group, in a round trip of its own.
-func runDirect(ctx context.Context, client redis.UniversalClient, nowArg string, minTTL int64, keys []string, args []any, takes int) ([]int64, error) {
-	argv := make([]any, 0, 2+len(args))
-	argv = append(append(argv, nowArg, minTTL), args...)
-	vals, err := requestScript.Run(ctx, client, keys, argv...).Int64Slice()
-	if err == nil && len(vals) != requestFields*takes+1 {
-		err = fmt.Errorf("request script returned %d values for %d takes, want %d", len(vals), takes, requestFields*takes+1)
+func runDirect(ctx context.Context, client redis.UniversalClient, nowArg string, minTTL int64, keys []string, takes []scriptTake) ([]int64, error) {
+	return decodeOne(requestScript.Run(ctx, client, keys, oneCall(nowArg, takes).argv(minTTL)...), len(takes))
+}
+
+// oneCall is the script call of one group alone.
+func oneCall(nowArg string, takes []scriptTake) *scriptCall {
+	sc := &scriptCall{nowArg: nowArg}
+	for i := range takes {
+		sc.add(takes[i].key, &takes[i])
 	}
+	return sc
+}
+
+// decodeOne is the requestFields integers per take of the reply of a call of n takes.
+func decodeOne(cmd *redis.Cmd, n int) ([]int64, error) {
+	vals, err := cmd.Int64Slice()
 	if err != nil {
 		return nil, err
 	}
-	return vals[:requestFields*takes], nil
+	out, rest, err := decodeReplies(vals, n)
+	if err == nil && len(rest) != 0 {
+		err = errReply
+	}
+	return out, err
 }
 
 // Close stops the Store's batcher and waits for its goroutines to return, at most
@@ -243,13 +270,9 @@ func (s *Store) Close() error {
 // limiter.ErrInvalidLimit. A Redis failure, including running past Options.Timeout, gives an
 // *Error, which matches ErrUnavailable (and ErrTimeout for timeouts) under errors.Is.
 func (s *Store) Take(ctx context.Context, key string, lim limiter.Limit, n int64, now time.Time) (limiter.Result, error) {
-	nowArg := ""
-	if s.explicitTime {
-		nowMs := now.UnixMilli()
-		if nowMs < 0 || nowMs > limiter.MaxNowMs {
-			return limiter.Result{}, fmt.Errorf("%w: %s is outside the Unix epoch .. %d ms", limiter.ErrInvalidTime, now, limiter.MaxNowMs)
-		}
-		nowArg = strconv.FormatInt(nowMs, 10)
+	nowArg, err := s.nowArg(now)
+	if err != nil {
+		return limiter.Result{}, err
 	}
 	if n < 1 {
 		return limiter.Result{}, fmt.Errorf("%w: cost %d is below 1", limiter.ErrInvalidLimit, n)
@@ -261,10 +284,7 @@ func (s *Store) Take(ctx context.Context, key string, lim limiter.Limit, n int64
 	defer cancel()
 	start := time.Now()
 	// A group of one take that is committed even when denied (see lua/request.lua).
-	t := limiter.Take{Key: key, Limit: lim, N: n}
-	args := appendTake(make([]any, 1, 1+takeArgs), 1, &t, now)
-	args[0] = -1
-	vals, err := s.run(ctx, nowArg, s.Keys(key, lim), args, 1)
+	vals, err := s.run(ctx, nowArg, s.Keys(key, lim), s.alone(key, lim, n, now, kindEnforce, 0))
 	if err != nil {
 		return limiter.Result{}, s.wrap(ctx, err, time.Since(start))
 	}
@@ -274,16 +294,12 @@ func (s *Store) Take(ctx context.Context, key string, lim limiter.Limit, n int64
 var _ limiter.Charger = (*Store)(nil)
 
 // Charge implements limiter.Charger: a late charge of n units, as one group of the request
-// script (a take flagged 2, lua/request.lua), coalesced like Take. now, lim, n and the errors
-// are as for Take; lim must be LateChargeable.
+// script (a take of kind kindCharge, lua/request.lua), coalesced like Take. now, lim, n and
+// the errors are as for Take; lim must be LateChargeable.
 func (s *Store) Charge(ctx context.Context, key string, lim limiter.Limit, n int64, now time.Time) (limiter.Result, error) {
-	nowArg := ""
-	if s.explicitTime {
-		nowMs := now.UnixMilli()
-		if nowMs < 0 || nowMs > limiter.MaxNowMs {
-			return limiter.Result{}, fmt.Errorf("%w: %s is outside the Unix epoch .. %d ms", limiter.ErrInvalidTime, now, limiter.MaxNowMs)
-		}
-		nowArg = strconv.FormatInt(nowMs, 10)
+	nowArg, err := s.nowArg(now)
+	if err != nil {
+		return limiter.Result{}, err
 	}
 	if err := limiter.ValidateCharge(lim, n); err != nil {
 		return limiter.Result{}, err
@@ -291,14 +307,19 @@ func (s *Store) Charge(ctx context.Context, key string, lim limiter.Limit, n int
 	ctx, cancel := context.WithTimeout(ctx, s.timeout)
 	defer cancel()
 	start := time.Now()
-	t := limiter.Take{Key: key, Limit: lim, N: n}
-	args := appendTake(make([]any, 1, 1+takeArgs), 1, &t, now)
-	args[0], args[len(args)-1] = -1, 2
-	vals, err := s.run(ctx, nowArg, s.Keys(key, lim), args, 1)
+	vals, err := s.run(ctx, nowArg, s.Keys(key, lim), s.alone(key, lim, n, now, kindCharge, 0))
 	if err != nil {
 		return limiter.Result{}, s.wrap(ctx, err, time.Since(start))
 	}
 	return resultFrom(vals, lim.Capacity()), nil
+}
+
+// alone is the one take of a Take (kind kindEnforce), Charge or Issue: a group of its own,
+// committed even when denied.
+func (s *Store) alone(key string, lim limiter.Limit, n int64, now time.Time, kind, flags int64) []scriptTake {
+	t := takeOf(0, &limiter.Take{Key: key, Limit: lim, N: n}, now)
+	t.flags = kind | flagAlone | flags
+	return []scriptTake{t}
 }
 
 // State is what Inspect reports of a key.
@@ -324,13 +345,14 @@ func (s *Store) Inspect(ctx context.Context, key string, lim limiter.Limit, now 
 	if err != nil || n == 0 {
 		return State{}, err
 	}
-	nowArg := ""
-	if s.explicitTime {
-		nowArg = strconv.FormatInt(now.UnixMilli(), 10)
+	nowArg, err := s.nowArg(now)
+	if err != nil {
+		return State{}, err
 	}
 	t := limiter.Take{Key: key, Limit: lim, N: 0, Check: true} // cost 0: the state as it is
-	args := appendTake([]any{1}, 1, &t, now)
-	vals, err := runDirect(ctx, s.client, nowArg, s.minTTL, rk, args, 1)
+	check := takeOf(0, &t, now)
+	check.flags |= flagEnd | flagState
+	vals, err := runDirect(ctx, s.client, nowArg, s.minTTL, rk, []scriptTake{check})
 	if err != nil {
 		return State{}, err
 	}

@@ -3,7 +3,6 @@ package redisstore
 import (
 	"context"
 	"fmt"
-	"strconv"
 	"time"
 
 	"github.com/sluice-dev/sluice/internal/limiter"
@@ -21,13 +20,9 @@ import (
 // the state is never left more permissive than had they been charged as they were spent. now,
 // lim, n, the budget and the errors are as for Take.
 func (s *Store) AddUsage(ctx context.Context, key string, lim limiter.Limit, n int64, now time.Time) (int64, error) {
-	nowArg := ""
-	if s.explicitTime {
-		nowMs := now.UnixMilli()
-		if nowMs < 0 || nowMs > limiter.MaxNowMs {
-			return 0, fmt.Errorf("%w: %s is outside the Unix epoch .. %d ms", limiter.ErrInvalidTime, now, limiter.MaxNowMs)
-		}
-		nowArg = strconv.FormatInt(nowMs, 10)
+	nowArg, err := s.nowArg(now)
+	if err != nil {
+		return 0, err
 	}
 	if n < 1 {
 		return 0, fmt.Errorf("%w: cost %d is below 1", limiter.ErrInvalidLimit, n)

@@ -6,12 +6,15 @@
 -- 0 <= a <= 2^53, b >= 1 (the rounded quotient cannot reach the next integer). redis.call
 -- formats numbers with "%.17g", exact for these integers; string states use "%d".
 
+-- Locals, not globals, for what the scripts call per decision: a global is a table lookup.
+local floor, min, max, tonumber = math.floor, math.min, math.max, tonumber
+
 -- fdiv is a / b and cdiv is ceil(a/b) (limiter's ceilDiv), for integers 0 <= a < 2^53, b > 0.
 local function fdiv(a, b)
-  return math.floor(a / b)
+  return floor(a / b)
 end
 local function cdiv(a, b)
-  local q = math.floor(a / b)
+  local q = floor(a / b)
   if q * b ~= a then q = q + 1 end
   return q
 end

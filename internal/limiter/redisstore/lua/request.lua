@@ -4,538 +4,612 @@
 -- KEYS: the limiter keys of the takes, each once; takes name them by index.
 -- ARGV[1] now: ms since the Unix epoch, or '' to read Redis's clock (once per call)
 -- ARGV[2] minTTL: the least TTL to set, ms (0 with server time)
--- ARGV[3..]: groups, one per request, in order: the number of takes g, then g takes of 8
---   fields: key (index into KEYS), algorithm (1 fw, 2 swl, 3 swc, 4 tb, 5 lbm, 6 lbq), L,
---   W (window, ms), cap (Limit.Capacity), c (cost, 1..), M (LeakyBucket Queue's MaxDelay, ms),
---   shadow (1: the take does not deny its group, 0: it does; 3: a check, which denies its
---   group but never changes the state, 4 a shadow check; 2: a late charge, limiter.Charger, in a group of one
---   committed take, only for FixedWindow, calendar FixedWindow and TokenBucket); a cost -k is
---   a lease of up to k units (see lease below)
---   Algorithm 7 is a calendar FixedWindow: its W is the end and M the start of the window
---   that holds the caller's now (ms), computed by the caller in the rule's time zone.
--- Returns 8 integers per take, in order: {allowed 0/1, remaining, resetAfter ms,
--- retryAfter ms (-1: never), delay ms, reason, at, content}, reason 0 none, 1 limited, 2 cost exceeds capacity, 3 delay exceeds max delay, at the
--- instant the take was decided at (now, or the state's latest instant when the clock went
--- back) and content the bucket's tokens or level after the take, in scaled units (0 for the
--- window algorithms): what a refund (refund.lua) needs; then, once, the call's now.
+-- ARGV[3] the kinds of take the call holds (below), as a sum of 2^kind
+-- ARGV[4] nl, then nl limits of 5 fields each: algorithm (1 fw, 2 swl, 3 swc, 4 tb, 5 lbm,
+--   6 lbq, 7 calendar fw), L, W (window, ms), cap (Limit.Capacity), M (LeakyBucket Queue's
+--   MaxDelay, ms). A calendar FixedWindow's W is the end and M the start of the window that
+--   holds the caller's now (ms), computed by the caller in the rule's time zone.
+-- ARGV[5 + 5*nl ..]: the takes in order, one integer each (request.go's scriptCall.add):
+--   v = f + 128 * ((k - 1) + 512 * ((l - 1) + 512 * c))
+--   k the take's key (index into KEYS), l its limit (index into the limits), c its cost
+--   (0 <= c < 2^27), and the flags f:
+--     f % 8  the kind: 0 an enforced take, 1 shadow (it does not deny its group), 2 a late
+--            charge (limiter.Charger: FixedWindow, calendar FixedWindow and TokenBucket only),
+--            3 a check (it denies its group but never changes the state), 4 a shadow check,
+--            5 a lease of up to c units (see lease below)
+--     8      the reply carries the take's at and content (below)
+--     16     the take ends its group: a request (limiter.RequestStore) is a group of takes
+--     32     the take is a group of its own, committed whether or not it is allowed: a
+--            Store.Take, Charge or Issue, whose denial still brings the state forward to now,
+--            as in limiter.MemoryStore.Take
+--     64     k, l and c did not fit: v = f, and they follow as the next three arguments
+--   A negative integer -r after a take of flag 32 stands for r more takes equal to it (a hot
+--   key's batch is mostly the same Take over and over).
+-- A cost above what the take's kind can tell apart is clamped by the caller: a take's to
+-- max(L, cap) + 1 (every transition denies it alike), a lease's to cap, a late charge's to 2^53.
 --
--- A group whose count is negative, -g, is g takes committed whether or not they are allowed:
--- a Store.Take (g = 1), whose denial still brings the state forward to now, as in
--- limiter.MemoryStore.Take. The batcher coalesces the calls waiting at one moment into one
--- call, each a group, so that one call decides a hot key's whole batch at one instant.
+-- Returns per take, in order: r1 = allowed (0/1) + 2 x + 4 s + 8 reason + 32 b + 64 remaining
+-- + 2^33 resetAfter (ms) when resetAfter < 2^20, else (b = 1) r1 without it, then resetAfter;
+-- then, when x is 1, the one of retryAfter (ms, -1: never) and delay (ms) that can be
+-- non-zero (delay when allowed, retryAfter when not; both are 0 when x is 0); then, when s is
+-- 1 (flag 8), at and content. reason 0 none, 1 limited, 2 cost exceeds capacity, 3 delay
+-- exceeds max delay; at the instant the take was decided at (now, or the state's latest
+-- instant when the clock went back) and content the bucket's tokens or level after the take,
+-- in scaled units (0 for the window algorithms): what a refund (refund.lua) needs. Every
+-- integer stays below 2^53 (remaining <= limiter.MaxLimit < 2^27).
 --
--- A group's takes are decided in order, each on the state the call's earlier takes left (a key
--- repeated sees its earlier takes as charged), and the group is committed only if each of its
--- takes that is not shadow is allowed; a group that is not leaves every state as it was. Each
--- key's state is read at most once and written at most once, at the end, with save's
--- rules (below). The transitions are functions from a state to a result and a new state that
--- change nothing (the log's reads its list, never writes it); each names the Go function it
--- ports, formula for formula. Bounds of the arithmetic: see arith.lua.
+-- The batcher coalesces the calls waiting at one moment into one call, each a group, so that
+-- one call decides a hot key's whole batch at one instant. A group's takes are decided in
+-- order, each on the state the call's earlier takes left (a key repeated sees its earlier
+-- takes as charged), and the group is committed only if each of its takes that is not shadow
+-- is allowed; a group that is not leaves every state as it was. Each key's state is read at
+-- most once and written at most once, at the end (the last loop, below). The transitions
+-- are functions from a limit q, a cost c and a state (up to three values, nil for an absent
+-- key) to a result and a new state, which change nothing (the log's reads its list, never
+-- writes it); each names the Go function it ports, formula for formula. Bounds of the
+-- arithmetic: see arith.lua.
+--
+-- What a call costs Redis is mostly fixed (the call, TIME, a GET and a SET per key) and then
+-- per take: so nothing is allocated per take but a log's state (Lua tables are what a script
+-- spends its time on), and only the transitions of the algorithms the call uses are defined
+-- (each closure is made anew on every call).
+local ARGV, KEYS, call = ARGV, KEYS, redis.call -- locals: a global is a table lookup
 local now
 if ARGV[1] == '' then
   -- TIME is non-deterministic: the script is replicated by its effects (the default since
   -- Redis 5, the only mode since 7). seconds*1000 is about 1.8e12 < 2^53.
-  local t = redis.call('TIME')
-  now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+  local t = call('TIME')
+  now = tonumber(t[1]) * 1000 + floor(tonumber(t[2]) / 1000)
 else
   now = tonumber(ARGV[1])
 end
-local minTTL = tonumber(ARGV[2])
+-- x + 0 makes a number of a numeric string x, as tonumber does (strtod, exact for integers
+-- below 2^53), without a function call: the arguments are the script's numbers.
+local minTTL = ARGV[2] + 0
+local kinds = ARGV[3] + 0
 
--- The string states. The windows' are integers in decimal, separated by spaces ("%d" formats
--- integers below 2^53 exactly): fw "<window> <count>", swc "<window> <prev> <curr>", the
--- shortest for their usually small numbers. The buckets' (tb <tokens, last>, lbm and lbq
--- <level, last>) are packBucket's 12 bytes (arith.lua), shorter than their decimal digits. A state is a
--- table of those numbers, false for an absent key.
-local function decode(alg, raw)
-  if not raw then return false end
-  if alg >= 4 and alg <= 6 then
-    local a, b = unpackBucket(raw)
-    return {a, b}
-  end
-  local f = {}
-  for x in string.gmatch(raw, '%-?%d+') do f[#f + 1] = tonumber(x) end
-  return f
+-- The limits: q = {alg, L, W, cap, M, full}, full = cap*W for the buckets (<= 8.64e15); and
+-- transition[alg] set (to true, then to its function below) for the algorithms they use.
+local limits, transition = {}, {}
+local nl = ARGV[4] + 0
+for j = 1, nl do
+  local b = 5 * j - 1
+  local alg, W, cap = ARGV[b + 1] + 0, ARGV[b + 3] + 0, ARGV[b + 4] + 0
+  local full = 0
+  if alg >= 4 and alg <= 6 then full = cap * W end
+  limits[j] = {alg, ARGV[b + 2] + 0, W, cap, ARGV[b + 5] + 0, full}
+  transition[alg] = true
 end
 
-local function encode(alg, s)
-  if alg >= 4 and alg <= 6 then return packBucket(s[1], s[2]) end
-  if alg == 3 or alg == 7 then return string.format('%d %d %d', s[1], s[2], s[3]) end
-  return string.format('%d %d', s[1], s[2])
-end
+-- transition[alg](q, c, s1, s2, s3, key) decides a take of cost c on a state, returning
+-- allowed, remaining, resetAfter, retryAfter, delay, reason, at, content and the new state.
+local uses = transition
+local windowTake, rollFixed, rollCalendar, refill, lateCharge, lease
+local loadLog, newestT, saveLog
 
--- limiter.FixedWindowState.take
-local function fixedWindow(s, p)
-  local L, W, c, t = p.L, p.W, p.c, now
-  local win, n = 0, 0
-  if s then win, n = s[1], s[2] end
-  local w = fdiv(t, W)
-  if w > win then
-    win, n = w, 0
-  elseif w < win then
-    t = win * W -- clock went back: count it in the latest window
-  end
-  local e = (win + 1) * W - t -- ms to the end of the window; (win+1)*W <= now + W < 2^53
-  local allowed, retry, reason = 0, 0, 0
-  if c > L then
-    retry, reason = -1, 2
-  elseif n + c <= L then
-    n = n + c
-    allowed = 1
-  else
-    retry, reason = e, 1
-  end
-  local reset = 0
-  if n > 0 then reset = e end
-  return {allowed, math.max(0, L - n), reset, retry, 0, reason, t, 0}, {win, n}
-end
-
--- limiter.CalendarWindowState.take, state "<start> <end> <count>"; p.M and p.W are the start
--- and end of now's window (the caller's clock)
-local function calendarWindow(s, p)
-  local L, c, t = p.L, p.c, now
-  local st, en, n = 0, 0, 0
-  if s then st, en, n = s[1], s[2], s[3] end
-  if p.M > st then
-    st, en, n = p.M, p.W, 0
-  elseif p.M < st then
-    t = st -- clock went back: count it in the latest window
-  end
-  local e = math.max(1, en - t)
-  local allowed, retry, reason = 0, 0, 0
-  if c > L then
-    retry, reason = -1, 2
-  elseif n + c <= L then
-    n = n + c
-    allowed = 1
-  else
-    retry, reason = e, 1
-  end
-  local reset = 0
-  if n > 0 then reset = e end
-  return {allowed, math.max(0, L - n), reset, retry, 0, reason, t, 0}, {st, en, n}
-end
-
--- limiter.SlidingWindowCounterState.take
-local function slidingWindowCounter(s, p)
-  local L, W, c, t = p.L, p.W, p.c, now
-  local win, pr, n = 0, 0, 0
-  if s then win, pr, n = s[1], s[2], s[3] end
-  local w = fdiv(t, W)
-  if w == win then
-    -- same window
-  elseif w == win + 1 then
-    win, pr, n = w, n, 0
-  elseif w > win then
-    win, pr, n = w, 0, 0
-  else
-    t = win * W -- clock went back
-  end
-  local e = t - win * W -- 0 <= e < W
-  local rest = W - 1 - e -- (t-W, t] holds the last rest ticks of the previous window
-  local allowed, retry, reason = 0, 0, 0
-  if c > L then
-    retry, reason = -1, 2
-  elseif n + c <= L and pr * rest <= (L - n - c) * W then -- both sides <= L*W
-    n = n + c
-    allowed = 1
-  elseif n + c <= L then
-    local k = fdiv((L - n - c) * W, pr) -- later in this window (pr > 0), at e' = W - 1 - k
-    retry, reason = W - 1 - k - e, 1
-  else
-    local e2 = 0 -- in the next window, where prev' = n and curr' = 0, at e2
-    if n > 0 then e2 = math.max(0, W - 1 - fdiv((L - c) * W, n)) end
-    retry, reason = W - e + e2, 1
-  end
-  local reset = 0
-  if n > 0 then
-    reset = rest + W
-  elseif pr > 0 then
-    reset = rest
-  end
-  return {allowed, math.max(0, L - n - cdiv(pr * rest, W)), reset, retry, 0, reason, t, 0}, {win, pr, n}
-end
-
--- limiter.TokenBucketState.take; an absent key is a full bucket (Started = false)
-local function tokenBucket(s, p)
-  local L, W, cap, c = p.L, p.W, p.cap, p.c
-  local full = cap * W -- <= 8.64e15
-  local tokens, last = full, now
-  if s then tokens, last = s[1], s[2] end
-  tokens = math.min(tokens, full) -- capacity was lowered
-  if now > last then -- else the clock went back: no refill
-    local dt = now - last
-    if dt >= cdiv(full - tokens, L) then
-      tokens = full -- never forms dt*L for a large dt
+if uses[1] or uses[7] then
+  -- The fixed windows' decision, shared by FixedWindow and calendar FixedWindow: c units into
+  -- a window holding n, of limit L, that ends e ms after the decision. Returns allowed,
+  -- remaining, reset, retry, reason and the new count.
+  windowTake = function(L, c, n, e)
+    local allowed, retry, reason = 0, 0, 0
+    if c > L then
+      retry, reason = -1, 2
+    elseif n + c <= L then
+      n, allowed = n + c, 1
     else
-      tokens = tokens + dt * L
+      retry, reason = e, 1
     end
-    last = now
+    local reset = 0
+    if n > 0 then reset = e end
+    return allowed, max(0, L - n), reset, retry, reason, n
   end
-  local allowed, retry, reason = 0, 0, 0
-  if c > cap then
-    retry, reason = -1, 2
-  elseif tokens >= c * W then
-    tokens = tokens - c * W
-    allowed = 1
-  else
-    retry, reason = cdiv(c * W - tokens, L), 1
-  end
-  return {allowed, math.max(0, fdiv(tokens, W)), cdiv(full - tokens, L), retry, 0, reason, last, tokens}, {tokens, last}
 end
 
--- The late charges (limiter's charge methods): the state brought forward as the take does,
--- then the units charged whether or not they fit: a window's count up to L, a bucket's tokens
--- down to limiter.MaxDebt.
-local function lateCharge(s, p)
-  local alg, L, c = p.alg, p.L, p.c
-  if alg == 4 then
-    local W, cap = p.W, p.cap
-    local full = cap * W
-    local tokens, last = full, now
-    if s then tokens, last = s[1], s[2] end
-    tokens = math.min(tokens, full)
-    if now > last then
-      local dt = now - last
-      if dt >= cdiv(full - tokens, L) then
-        tokens = full
-      else
-        tokens = tokens + dt * L
-      end
-      last = now
-    end
-    local floor = full - 9007199254740991 -- limiter.MaxDebt
-    if c > fdiv(tokens - floor, W) then -- tokens - floor <= 2^53 - 1
-      tokens = floor
-    else
-      tokens = tokens - c * W -- c*W <= tokens - floor
-    end
-    return {1, math.max(0, fdiv(tokens, W)), cdiv(full - tokens, L), 0, 0, 0, last, tokens}, {tokens, last}
-  end
-  local t, e, st = now, 0, nil
-  local n = 0
-  if alg == 7 then -- calendar: p.M, p.W are the start and end of now's window
-    local a, b = 0, 0
-    if s then a, b, n = s[1], s[2], s[3] end
-    if p.M > a then
-      a, b, n = p.M, p.W, 0
-    elseif p.M < a then
-      t = a
-    end
-    e, st = math.max(1, b - t), {a, b}
-  else
-    local W, win = p.W, 0
-    if s then win, n = s[1], s[2] end
-    local w = fdiv(t, W)
+if uses[1] then
+  -- limiter.FixedWindowState brought forward to now: the instant t of the decision, the
+  -- window and its count.
+  rollFixed = function(W, win, n)
+    local t = now
+    if not win then win, n = 0, 0 end
+    local w = floor(t / W)
     if w > win then
       win, n = w, 0
     elseif w < win then
-      t = win * W
+      t = win * W -- clock went back: count it in the latest window
     end
-    e, st = (win + 1) * W - t, {win}
+    return t, win, n
   end
-  n = math.min(L, n + math.min(c, L))
-  st[#st + 1] = n
-  local reset = 0
-  if n > 0 then reset = e end
-  return {1, L - n, reset, 0, 0, 0, t, 0}, st
+
+  -- limiter.FixedWindowState.take, state <window, count>
+  transition[1] = function(q, c, win, n)
+    local W, t = q[3], 0
+    t, win, n = rollFixed(W, win, n)
+    -- (win+1)*W <= now + W < 2^53
+    local allowed, remaining, reset, retry, reason
+    allowed, remaining, reset, retry, reason, n = windowTake(q[2], c, n, (win + 1) * W - t)
+    return allowed, remaining, reset, retry, 0, reason, t, 0, win, n
+  end
 end
 
--- limiter.LeakyBucketState.takeMeter, or takeQueue when queue; an absent key is empty
-local function leakyBucket(s, p, queue)
-  local L, W, cap, c, M = p.L, p.W, p.cap, p.c, p.M
-  local full = cap * W
-  local level, last = 0, 0
-  if s then level, last = s[1], s[2] end
-  -- limiter.LeakyBucketState.leak
-  level = math.min(level, full) -- capacity was lowered
-  if now > last then -- else the clock went back: no leak
-    local dt = now - last
-    if dt >= cdiv(level, L) then
-      level = 0 -- never forms dt*L for a large dt
-    else
-      level = level - dt * L
+if uses[7] then
+  -- limiter.CalendarWindowState brought forward: q[5] and q[3] are the start and end of now's
+  -- window (the caller's clock).
+  rollCalendar = function(q, st, en, n)
+    local t = now
+    if not st then st, en, n = 0, 0, 0 end
+    local m = q[5]
+    if m > st then
+      st, en, n = m, q[3], 0
+    elseif m < st then
+      t = st -- clock went back: count it in the latest window
     end
-    last = now
+    return t, st, en, n
   end
-  local allowed, retry, reason, delay, remaining = 0, 0, 0, 0, 0
-  if queue then
-    local d = cdiv(level, L)
-    if c > cap then
-      retry, reason = -1, 2
-    elseif level <= full - c * W and d <= M then
-      level = level + c * W
-      allowed, delay = 1, d
+
+  -- limiter.CalendarWindowState.take, state <start, end, count>
+  transition[7] = function(q, c, st, en, n)
+    local t
+    t, st, en, n = rollCalendar(q, st, en, n)
+    local allowed, remaining, reset, retry, reason
+    allowed, remaining, reset, retry, reason, n = windowTake(q[2], c, n, max(1, en - t))
+    return allowed, remaining, reset, retry, 0, reason, t, 0, st, en, n
+  end
+end
+
+if uses[3] then
+  -- limiter.SlidingWindowCounterState.take, state <window w, units in w-1, units in w>
+  transition[3] = function(q, c, win, pr, n)
+    local L, W, t = q[2], q[3], now
+    if not win then win, pr, n = 0, 0, 0 end
+    local w = floor(t / W)
+    if w == win then
+      -- same window
+    elseif w == win + 1 then
+      win, pr, n = w, n, 0
+    elseif w > win then
+      win, pr, n = w, 0, 0
     else
-      reason = 1
-      if level <= full - c * W then reason = 3 end
-      retry = cdiv(level - math.min(full - c * W, M * L), L) -- M*L <= 8.64e15
+      t = win * W -- clock went back
     end
-    local t1 = math.min(full - W, M * L)
-    if level <= t1 then remaining = fdiv(t1 - level, W) + 1 end
-  else
-    if c > cap then
+    local e = t - win * W -- 0 <= e < W
+    local rest = W - 1 - e -- (t-W, t] holds the last rest ticks of the previous window
+    local allowed, retry, reason = 0, 0, 0
+    if c > L then
       retry, reason = -1, 2
-    elseif level <= full - c * W then -- level + c*W <= full, kept below 2^53
-      level = level + c * W
+    elseif n + c <= L and pr * rest <= (L - n - c) * W then -- both sides <= L*W
+      n = n + c
+      allowed = 1
+    elseif n + c <= L then
+      local k = floor((L - n - c) * W / pr) -- later in this window (pr > 0), at e' = W - 1 - k
+      retry, reason = W - 1 - k - e, 1
+    else
+      local e2 = 0 -- in the next window, where prev' = n and curr' = 0, at e2
+      if n > 0 then e2 = max(0, W - 1 - floor((L - c) * W / n)) end
+      retry, reason = W - e + e2, 1
+    end
+    local reset = 0
+    if n > 0 then
+      reset = rest + W
+    elseif pr > 0 then
+      reset = rest
+    end
+    return allowed, max(0, L - n - cdiv(pr * rest, W)), reset, retry, 0, reason, t, 0, win, pr, n
+  end
+end
+
+if uses[4] then
+  -- limiter.TokenBucketState brought forward to now (its refill); an absent key is a full
+  -- bucket (Started = false).
+  refill = function(q, tokens, last)
+    local full = q[6]
+    if not tokens then return full, now end
+    tokens = min(tokens, full) -- capacity was lowered
+    if now > last then -- else the clock went back: no refill
+      local dt = now - last
+      if dt >= cdiv(full - tokens, q[2]) then
+        tokens = full -- never forms dt*L for a large dt
+      else
+        tokens = tokens + dt * q[2]
+      end
+      last = now
+    end
+    return tokens, last
+  end
+
+  -- limiter.TokenBucketState.take, state <tokens, last>
+  transition[4] = function(q, c, tokens, last)
+    local L, W = q[2], q[3]
+    tokens, last = refill(q, tokens, last)
+    local allowed, retry, reason = 0, 0, 0
+    if c > q[4] then
+      retry, reason = -1, 2
+    elseif tokens >= c * W then
+      tokens = tokens - c * W
       allowed = 1
     else
-      retry, reason = cdiv(level - (full - c * W), L), 1
+      retry, reason = cdiv(c * W - tokens, L), 1
     end
-    remaining = fdiv(full - level, W)
+    return allowed, max(0, floor(tokens / W)), cdiv(q[6] - tokens, L), retry, 0, reason, last, tokens, tokens, last
   end
-  return {allowed, remaining, cdiv(level, L), retry, delay, reason, last, level}, {level, last}
 end
 
--- A SlidingWindowLog list holds sum, T1, c1, T2, c2, ...: the sum of the c's, then the units c
--- admitted at each instant T, oldest first. The call sees a log as a table over the list:
---   t      the instant every take of the call on the log is decided at: now, or the newest
---          entry's instant if the clock went back (the same for each take, since an entry the
---          call adds is at t)
---   len2   the list's entry elements (its length - 1), drop how many of them lie before the
---          window (T <= t - W) and are dropped
---   sum    the units of the live entries; lastT, lastC the list's newest entry, lastC as this
---          call changed it, origC as in the list
---   pushT, pushC the one entry the call adds, pushT false when none
--- so that a decision reads the list and a commit writes it once.
-
--- loadLog reads the log at key as the call sees it before its first take, the expired entries
--- counted in drop (what limiter.SlidingWindowLogState.take drops first).
-local function loadLog(key, W)
-  local st = {t = now, len2 = 0, drop = 0, sum = 0, lastT = 0, lastC = 0, origC = 0, pushT = false, pushC = 0}
-  local len = redis.call('LLEN', key)
-  if len == 0 then return st end
-  st.len2 = len - 1
-  st.sum = tonumber(redis.call('LINDEX', key, 0))
-  local tail = redis.call('LRANGE', key, -2, -1)
-  st.lastT, st.lastC = tonumber(tail[1]), tonumber(tail[2])
-  st.origC = st.lastC
-  if now < st.lastT then st.t = st.lastT end -- clock went back
-  local cutoff, drop, sum = st.t - W, 0, st.sum
-  while drop < st.len2 do -- 32 entries at a time
-    local chunk = redis.call('LRANGE', key, 1 + drop, drop + 64)
-    local i = 1
-    while i < #chunk and tonumber(chunk[i]) <= cutoff do
-      sum = sum - tonumber(chunk[i + 1])
-      drop = drop + 2
-      i = i + 2
-    end
-    if i < #chunk or #chunk == 0 then break end
-  end
-  st.drop, st.sum = drop, sum
-  return st
-end
-
--- newestT is the log's newest instant, or nil for an empty log.
-local function newestT(st)
-  if st.pushT then return st.pushT end
-  if st.len2 > st.drop then return st.lastT end
-  return nil
-end
-
--- limiter.SlidingWindowLogState.take (its drop already counted by loadLog)
-local function slidingWindowLog(st, p, key)
-  local L, W, c, t = p.L, p.W, p.c, st.t
-  local s = {}
-  for k, v in pairs(st) do s[k] = v end
-  local allowed, retry, reason = 0, 0, 0
-  if c > L then
-    retry, reason = -1, 2
-  elseif s.sum + c <= L then
-    allowed = 1
-    if newestT(s) == t then
-      if s.pushT then s.pushC = s.pushC + c else s.lastC = s.lastC + c end
-    else
-      s.pushT, s.pushC = t, c
-    end
-    s.sum = s.sum + c
-  else
-    reason = 1
-    -- the first entry, oldest first, at which the running total reaches sum + c - L; it is
-    -- reached within the log because c <= L
-    local need = s.sum + c - L
-    local from = 1 + s.drop -- element index of the oldest live entry's T
-    while retry == 0 and from < s.len2 do
-      local chunk = redis.call('LRANGE', key, from, math.min(from + 63, s.len2))
-      for i = 1, #chunk - 1, 2 do
-        local cost = tonumber(chunk[i + 1])
-        if from + i == s.len2 then cost = s.lastC end -- the newest entry, as this call left it
-        need = need - cost
-        if need <= 0 then
-          retry = tonumber(chunk[i]) + W - t -- > 0: the entry is alive
-          break
-        end
+if uses[5] or uses[6] then
+  -- limiter.LeakyBucketState.takeMeter, or takeQueue for alg 6, state <level, last>; an
+  -- absent key is empty
+  local function leakyBucket(q, c, level, last)
+    local L, W, cap, full, M = q[2], q[3], q[4], q[6], q[5]
+    if not level then level, last = 0, 0 end
+    -- limiter.LeakyBucketState.leak
+    level = min(level, full) -- capacity was lowered
+    if now > last then -- else the clock went back: no leak
+      local dt = now - last
+      if dt >= cdiv(level, L) then
+        level = 0 -- never forms dt*L for a large dt
+      else
+        level = level - dt * L
       end
-      from = from + 64
+      last = now
     end
-    if retry == 0 and s.pushT then retry = s.pushT + W - t end -- the pushed entry, the last
-  end
-  local reset, nt = 0, newestT(s)
-  if nt then reset = nt + W - t end
-  return {allowed, math.max(0, L - s.sum), reset, retry, 0, reason, t, 0}, s
-end
-
--- saveLog writes the log's changes: trims the dropped entries, updates the newest entry's
--- units, appends the new entry, writes the sum, and sets the TTL (or lets an emptied list go).
-local function saveLog(key, st, W)
-  local changed = st.drop > 0 or st.pushT or st.lastC ~= st.origC
-  if not changed and minTTL == 0 then return end -- with server time its TTL is still right
-  local slot = st.len2 > 0 -- element 0 is the sum
-  if st.drop > 0 then
-    redis.call('LTRIM', key, 1 + st.drop, -1) -- trims the sum too; an emptied list is deleted
-    slot = false
-  end
-  if st.len2 > st.drop and st.lastC ~= st.origC then redis.call('LSET', key, -1, st.lastC) end
-  if st.pushT then redis.call('RPUSH', key, st.pushT, st.pushC) end
-  local nt = newestT(st)
-  if nt then
-    if slot then
-      redis.call('LSET', key, 0, st.sum)
+    local allowed, retry, reason, delay, remaining = 0, 0, 0, 0, 0
+    if q[1] == 6 then
+      local d = cdiv(level, L)
+      if c > cap then
+        retry, reason = -1, 2
+      elseif level <= full - c * W and d <= M then
+        level = level + c * W
+        allowed, delay = 1, d
+      else
+        reason = 1
+        if level <= full - c * W then reason = 3 end
+        retry = cdiv(level - min(full - c * W, M * L), L) -- M*L <= 8.64e15
+      end
+      local t1 = min(full - W, M * L)
+      if level <= t1 then remaining = floor((t1 - level) / W) + 1 end
     else
-      redis.call('LPUSH', key, st.sum)
+      if c > cap then
+        retry, reason = -1, 2
+      elseif level <= full - c * W then -- level + c*W <= full, kept below 2^53
+        level = level + c * W
+        allowed = 1
+      else
+        retry, reason = cdiv(level - (full - c * W), L), 1
+      end
+      remaining = floor((full - level) / W)
     end
-    redis.call('PEXPIRE', key, math.max(nt + W - st.t, minTTL))
+    return allowed, remaining, cdiv(level, L), retry, delay, reason, last, level, level, last
+  end
+  transition[5], transition[6] = leakyBucket, leakyBucket
+end
+
+if uses[2] then
+  -- A SlidingWindowLog list holds sum, T1, c1, T2, c2, ...: the sum of the c's, then the units
+  -- c admitted at each instant T, oldest first. The call sees a log as a table over the list:
+  --   t      the instant every take of the call on the log is decided at: now, or the newest
+  --          entry's instant if the clock went back (the same for each take, since an entry
+  --          the call adds is at t)
+  --   len2   the list's entry elements (its length - 1), drop how many of them lie before the
+  --          window (T <= t - W) and are dropped
+  --   sum    the units of the live entries; lastT, lastC the list's newest entry, lastC as
+  --          this call changed it, origC as in the list
+  --   pushT, pushC the one entry the call adds, pushT false when none
+  -- so that a decision reads the list and a commit writes it once. That table is the log's
+  -- one state value; a take returns a new one.
+
+  -- loadLog reads the log at key as the call sees it before its first take, the expired
+  -- entries counted in drop (what limiter.SlidingWindowLogState.take drops first).
+  loadLog = function(key, W)
+    local st = {t = now, len2 = 0, drop = 0, sum = 0, lastT = 0, lastC = 0, origC = 0, pushT = false, pushC = 0}
+    local len = call('LLEN', key)
+    if len == 0 then return st end
+    st.len2 = len - 1
+    st.sum = tonumber(call('LINDEX', key, 0))
+    local tail = call('LRANGE', key, -2, -1)
+    st.lastT, st.lastC = tonumber(tail[1]), tonumber(tail[2])
+    st.origC = st.lastC
+    if now < st.lastT then st.t = st.lastT end -- clock went back
+    local cutoff, drop, sum = st.t - W, 0, st.sum
+    while drop < st.len2 do -- 32 entries at a time
+      local chunk = call('LRANGE', key, 1 + drop, drop + 64)
+      local i = 1
+      while i < #chunk and tonumber(chunk[i]) <= cutoff do
+        sum = sum - tonumber(chunk[i + 1])
+        drop = drop + 2
+        i = i + 2
+      end
+      if i < #chunk or #chunk == 0 then break end
+    end
+    st.drop, st.sum = drop, sum
+    return st
+  end
+
+  -- newestT is the log's newest instant, or nil for an empty log.
+  newestT = function(st)
+    if st.pushT then return st.pushT end
+    if st.len2 > st.drop then return st.lastT end
+    return nil
+  end
+
+  -- limiter.SlidingWindowLogState.take (its drop already counted by loadLog)
+  transition[2] = function(q, c, st, _, _, key)
+    local L, W, t = q[2], q[3], st.t
+    local s = {}
+    for k, v in pairs(st) do s[k] = v end
+    local allowed, retry, reason = 0, 0, 0
+    if c > L then
+      retry, reason = -1, 2
+    elseif s.sum + c <= L then
+      allowed = 1
+      if newestT(s) == t then
+        if s.pushT then s.pushC = s.pushC + c else s.lastC = s.lastC + c end
+      else
+        s.pushT, s.pushC = t, c
+      end
+      s.sum = s.sum + c
+    else
+      reason = 1
+      -- the first entry, oldest first, at which the running total reaches sum + c - L; it is
+      -- reached within the log because c <= L
+      local need = s.sum + c - L
+      local from = 1 + s.drop -- element index of the oldest live entry's T
+      while retry == 0 and from < s.len2 do
+        local chunk = call('LRANGE', key, from, min(from + 63, s.len2))
+        for i = 1, #chunk - 1, 2 do
+          local cost = tonumber(chunk[i + 1])
+          if from + i == s.len2 then cost = s.lastC end -- the newest entry, as this call left it
+          need = need - cost
+          if need <= 0 then
+            retry = tonumber(chunk[i]) + W - t -- > 0: the entry is alive
+            break
+          end
+        end
+        from = from + 64
+      end
+      if retry == 0 and s.pushT then retry = s.pushT + W - t end -- the pushed entry, the last
+    end
+    local reset, nt = 0, newestT(s)
+    if nt then reset = nt + W - t end
+    return allowed, max(0, L - s.sum), reset, retry, 0, reason, t, 0, s
+  end
+
+  -- saveLog writes the log's changes: trims the dropped entries, updates the newest entry's
+  -- units, appends the new entry, writes the sum, and sets the TTL (or lets an emptied list
+  -- go).
+  saveLog = function(key, st, W)
+    local changed = st.drop > 0 or st.pushT or st.lastC ~= st.origC
+    if not changed and minTTL == 0 then return end -- with server time its TTL is still right
+    local slot = st.len2 > 0 -- element 0 is the sum
+    if st.drop > 0 then
+      call('LTRIM', key, 1 + st.drop, -1) -- trims the sum too; an emptied list is deleted
+      slot = false
+    end
+    if st.len2 > st.drop and st.lastC ~= st.origC then call('LSET', key, -1, st.lastC) end
+    if st.pushT then call('RPUSH', key, st.pushT, st.pushC) end
+    local nt = newestT(st)
+    if nt then
+      if slot then
+        call('LSET', key, 0, st.sum)
+      else
+        call('LPUSH', key, st.sum)
+      end
+      call('PEXPIRE', key, max(nt + W - st.t, minTTL))
+    end
   end
 end
 
--- save writes a string state with a TTL of at least reset ms, or deletes a state equivalent to
--- an absent key (reset == 0).
+if floor(kinds / 4) % 2 == 1 then
+  -- The late charges (limiter's charge methods): the state brought forward as the take does,
+  -- then the units charged whether or not they fit: a window's count up to L, a bucket's
+  -- tokens down to limiter.MaxDebt.
+  lateCharge = function(q, c, s1, s2, s3)
+    local alg, L = q[1], q[2]
+    if alg == 4 then
+      local W, full = q[3], q[6]
+      local tokens, last = refill(q, s1, s2)
+      local debtFloor = full - 9007199254740991 -- limiter.MaxDebt
+      if c > floor((tokens - debtFloor) / W) then -- tokens - debtFloor <= 2^53 - 1
+        tokens = debtFloor
+      else
+        tokens = tokens - c * W -- c*W <= tokens - debtFloor
+      end
+      return 1, max(0, floor(tokens / W)), cdiv(full - tokens, L), 0, 0, 0, last, tokens, tokens, last
+    end
+    local reset = 0
+    if alg == 7 then
+      local t, st, en, n = rollCalendar(q, s1, s2, s3)
+      n = min(L, n + min(c, L))
+      if n > 0 then reset = max(1, en - t) end
+      return 1, L - n, reset, 0, 0, 0, t, 0, st, en, n
+    end
+    local W = q[3]
+    local t, win, n = rollFixed(W, s1, s2)
+    n = min(L, n + min(c, L))
+    if n > 0 then reset = (win + 1) * W - t end
+    return 1, L - n, reset, 0, 0, 0, t, 0, win, n
+  end
+end
+
+if floor(kinds / 32) % 2 == 1 then
+  -- Leases (limiter.MemoryStore.Issue): a lease of k units issues as many as k takes of cost
+  -- 1 at this instant would: min(k, cap) if they fit as one take, else the Remaining of its
+  -- denial (each transition's Remaining is the most that fit), charged as one take; none when
+  -- none fit, and then the result is a take of one unit's. Its delay (0 for every leasable
+  -- algorithm) is the number of units issued. The second decision starts again from the state
+  -- the call had.
+  lease = function(q, k, s1, s2, s3, key)
+    local decide, c = transition[q[1]], min(k, q[4])
+    local a, rm, rs, rt, dl, rn, at, ct, n1, n2, n3 = decide(q, c, s1, s2, s3, key)
+    if a == 0 and rn == 1 and rm > 0 then
+      c = min(c, rm)
+      a, rm, rs, rt, dl, rn, at, ct, n1, n2, n3 = decide(q, c, s1, s2, s3, key)
+    end
+    if a == 0 and c > 1 then -- none fit: the denial of one unit, what a request of 1 gets
+      c = 1
+      a, rm, rs, rt, dl, rn, at, ct, n1, n2, n3 = decide(q, c, s1, s2, s3, key)
+    end
+    dl = 0
+    if a == 1 then dl = c end
+    return a, rm, rs, rt, dl, rn, at, ct, n1, n2, n3
+  end
+end
+
+-- keys holds KEYS[k] as the takes so far left it, loaded at its first take, in the 6 slots
+-- from b = 6*(k-1): b+1 its limit q (nil until loaded), b+2, b+3, b+4 the state s1, s2, s3
+-- (false for none), b+5 raw (the string state read, false for none), b+6 reset (of its last
+-- take, false while it has none to write); and saved, in the same slots, what a request
+-- that touched it may have to restore: b+1 the request's number, b+2 .. b+6 the state, raw
+-- and reset before it. One table for every key, not one per key. The string states: the windows' are integers in decimal, separated by
+-- spaces ("%d" formats integers below 2^53 exactly): fw "<window> <count>", swc "<window>
+-- <prev> <curr>", calendar "<start> <end> <count>", the shortest for their usually small
+-- numbers. The buckets' (tb <tokens, last>, lbm and lbq <level, last>) are packBucket's 12
+-- bytes (arith.lua), shorter than their decimal digits.
+local keys = {}
+
+local out, n = {}, 0
+-- The request group being decided (its number, whether it is still admitted) and the keys it
+-- touched (their slot bases), to restore if it is not.
+local gid, admit, nt, touched, saved = 1, true, 0, nil, nil
+local i, nargv = 5 + 5 * nl, #ARGV
+local v = ARGV[i] and ARGV[i] + 0
+while v do
+  local f = v % 128
+  local k, l, c
+  if f >= 64 then
+    f = f - 64
+    k, l, c = ARGV[i + 1] + 0, ARGV[i + 2] + 0, ARGV[i + 3] + 0
+    i = i + 4
+  else
+    v = (v - f) / 128
+    k = v % 512
+    v = (v - k) / 512
+    l = v % 512
+    c = (v - l) / 512
+    k, l = k + 1, l + 1
+    i = i + 1
+  end
+  v = i <= nargv and ARGV[i] + 0
+  local reps = 1
+  if v and v < 0 then
+    reps = 1 - v
+    i = i + 1
+    v = i <= nargv and ARGV[i] + 0
+  end
+
+  local q, key, b = limits[l], KEYS[k], 6 * k - 6
+  local alg = q[1]
+  local s1, s2, s3 = false, false, false
+  if keys[b + 1] then
+    s1, s2, s3 = keys[b + 2], keys[b + 3], keys[b + 4]
+  else
+    local raw = false
+    if alg == 2 then
+      s1 = loadLog(key, q[3])
+    else
+      raw = call('GET', key)
+      if not raw then -- absent
+      elseif alg >= 4 and alg <= 6 then
+        s1, s2 = unpackBucket(raw)
+      elseif alg == 1 then
+        local x, y = string.match(raw, '^(%d+) (%d+)$')
+        s1, s2 = tonumber(x), tonumber(y)
+      else
+        local x, y, z = string.match(raw, '^(%d+) (%d+) (%d+)$')
+        s1, s2, s3 = tonumber(x), tonumber(y), tonumber(z)
+      end
+    end
+    keys[b + 1], keys[b + 2], keys[b + 3], keys[b + 4], keys[b + 5], keys[b + 6] = q, s1, s2, s3, raw, false
+  end
+  local kind, alone, st = f % 8, f >= 32, f % 16 >= 8
+  if not alone then
+    saved = saved or {}
+    if saved[b + 1] ~= gid then
+      saved[b + 1], saved[b + 2], saved[b + 3], saved[b + 4], saved[b + 5], saved[b + 6] = gid, s1, s2, s3, keys[b + 5], keys[b + 6]
+      touched = touched or {}
+      nt = nt + 1
+      touched[nt] = b
+    end
+  end
+
+  local decide = transition[alg]
+  local a, rm, rs, rt, dl, rn, at, ct
+  for _ = 1, reps do
+    if kind <= 1 then
+      a, rm, rs, rt, dl, rn, at, ct, s1, s2, s3 = decide(q, c, s1, s2, s3, key)
+    elseif kind == 5 then
+      a, rm, rs, rt, dl, rn, at, ct, s1, s2, s3 = lease(q, c, s1, s2, s3, key)
+    elseif kind == 2 then
+      a, rm, rs, rt, dl, rn, at, ct, s1, s2, s3 = lateCharge(q, c, s1, s2, s3)
+    else -- a check changes nothing
+      a, rm, rs, rt, dl, rn, at, ct = decide(q, c, s1, s2, s3, key)
+    end
+    local x = rt
+    if a == 1 then x = dl end
+    local r1 = a + 8 * rn + 64 * rm
+    if x ~= 0 then r1 = r1 + 2 end
+    if st then r1 = r1 + 4 end
+    n = n + 1
+    if rs < 1048576 then -- 2^20
+      out[n] = r1 + 8589934592 * rs -- 2^33; < 2^53
+    else
+      out[n], out[n + 1] = r1 + 32, rs
+      n = n + 1
+    end
+    if x ~= 0 then
+      n = n + 1
+      out[n] = x
+    end
+    if st then
+      out[n + 1], out[n + 2] = at, ct
+      n = n + 2
+    end
+  end
+  if kind == 3 or kind == 4 then
+    if a == 0 and kind == 3 then admit = false end
+  else
+    keys[b + 2], keys[b + 3], keys[b + 4], keys[b + 6] = s1, s2 or false, s3 or false, rs
+    if a == 0 and kind == 0 and not alone then admit = false end
+  end
+  if not alone and f % 32 >= 16 then -- the request's last take
+    if not admit then
+      for j = 1, nt do
+        local t = touched[j]
+        keys[t + 2], keys[t + 3], keys[t + 4], keys[t + 6] = saved[t + 2], saved[t + 3], saved[t + 4], saved[t + 6]
+      end
+    end
+    gid, admit, nt = gid + 1, true, 0
+  end
+end
+
+-- Each key's state written once, with a TTL of at least its reset, or a state equivalent to
+-- an absent key (reset == 0) deleted.
 --  - With explicit time (minTTL > 0) a key that exists is kept, like limiter.MemoryStore keeps
 --    its entry, and a new one is only written when reset > 0, like MemoryStore: the two then
 --    see the same state even when instants go backwards. Every write renews the TTL, since the
 --    caller's instants say nothing about Redis's clock.
 --  - With server time an unchanged state is not written again: its TTL, set when it was
 --    written, already ends when it becomes equivalent to an absent key.
-local function save(key, raw, reset, state)
-  if minTTL > 0 then
-    if reset > 0 or raw then
-      redis.call('SET', key, state, 'PX', math.max(reset, minTTL))
-    end
-  elseif reset > 0 then
-    if state ~= raw then
-      redis.call('SET', key, state, 'PX', reset)
-    end
-  elseif raw then
-    redis.call('DEL', key)
-  end
-end
-
--- keys[k] is KEYS[k] as the committed groups left it: {alg, W, raw (string states), s (the
--- state), reset (of the last committed take), dirty}; loaded at its first take.
-local keys = {}
-local function load(k, p)
-  local e = keys[k]
-  if e then return e end
-  e = {alg = p.alg, W = p.W, dirty = false, reset = 0}
-  if p.alg == 2 then
-    e.s = loadLog(KEYS[k], p.W)
-  else
-    e.raw = redis.call('GET', KEYS[k])
-    e.s = decode(p.alg, e.raw)
-  end
-  keys[k] = e
-  return e
-end
-
--- Leases (limiter.MemoryStore.Issue): a take whose cost is -k issues as many of k units as k
--- takes of cost 1 at this instant would: min(k, cap) if they fit as one take, else the
--- Remaining of its denial (each transition's Remaining is the most that fit), charged as one
--- take; none when none fit, and then the result is a take of one unit's. Its 5th field (delay, 0 for every leasable algorithm) is the number
--- of units issued. The second decision starts again from the state the call had.
-local function decide(s, p, key)
-  local alg = p.alg
-  if alg == 4 then return tokenBucket(s, p) end
-  if alg == 1 then return fixedWindow(s, p) end
-  if alg == 2 then return slidingWindowLog(s, p, key) end
-  if alg == 3 then return slidingWindowCounter(s, p) end
-  if alg == 7 then return calendarWindow(s, p) end
-  return leakyBucket(s, p, alg == 6)
-end
-local function lease(s, p, key)
-  p.c = math.min(-p.c, p.cap)
-  local r, s2 = decide(s, p, key)
-  if r[1] == 0 and r[6] == 1 and r[2] > 0 then
-    p.c = math.min(p.c, r[2])
-    r, s2 = decide(s, p, key)
-  end
-  if r[1] == 0 and p.c > 1 then -- none fit: the denial of one unit, what a request of 1 gets
-    p.c = 1
-    r, s2 = decide(s, p, key)
-  end
-  r[5] = 0
-  if r[1] == 1 then r[5] = p.c end
-  return r, s2
-end
-
--- The loop allocates as little per take as it can (Lua tables are what a script spends its
--- time on): one parameter table p for every take, a Take's group committed in place.
-local out, n = {}, 0
-local p = {}
-local i, nargv = 3, #ARGV
-while i <= nargv do
-  local g = tonumber(ARGV[i])
-  i = i + 1
-  local always = g < 0
-  if always then g = -g end
-  local tent = false -- key index: {state, reset} after the group's takes so far
-  if not always then tent = {} end
-  local admit = true
-  for _ = 1, g do
-    local k = tonumber(ARGV[i])
-    p.alg, p.L, p.W = tonumber(ARGV[i + 1]), tonumber(ARGV[i + 2]), tonumber(ARGV[i + 3])
-    p.cap, p.c, p.M = tonumber(ARGV[i + 4]), tonumber(ARGV[i + 5]), tonumber(ARGV[i + 6])
-    local flag = ARGV[i + 7]
-    local shadow, check = flag == '1' or flag == '4', flag == '3' or flag == '4'
-    i = i + 8
-    local e = load(k, p)
-    local s = e.s
-    if tent and tent[k] then s = tent[k][1] end
-    local alg, r, s2 = p.alg
-    if p.c < 0 then
-      r, s2 = lease(s, p, KEYS[k])
-    elseif flag == '2' then
-      r, s2 = lateCharge(s, p)
-    elseif alg == 4 then
-      r, s2 = tokenBucket(s, p)
-    elseif alg == 1 then
-      r, s2 = fixedWindow(s, p)
-    elseif alg == 2 then
-      r, s2 = slidingWindowLog(s, p, KEYS[k])
-    elseif alg == 3 then
-      r, s2 = slidingWindowCounter(s, p)
-    elseif alg == 7 then
-      r, s2 = calendarWindow(s, p)
-    else
-      r, s2 = leakyBucket(s, p, alg == 6)
-    end
-    if check then
-      if r[1] == 0 and not shadow and not always then admit = false end
-    elseif always then
-      e.s, e.reset, e.dirty = s2, r[3], true
-    else
-      tent[k] = {s2, r[3]}
-      if r[1] == 0 and not shadow then admit = false end
-    end
-    for j = 1, 8 do out[n + j] = r[j] end
-    n = n + 8
-  end
-  if tent and admit then
-    for k, t in pairs(tent) do
-      local e = keys[k]
-      e.s, e.reset, e.dirty = t[1], t[2], true
-    end
-  end
-end
-
 for k = 1, #KEYS do
-  local e = keys[k]
-  if e and e.dirty then
-    if e.alg == 2 then
-      saveLog(KEYS[k], e.s, e.W)
-    else
-      save(KEYS[k], e.raw, e.reset, encode(e.alg, e.s))
+  local b = 6 * k - 6
+  local q, reset = keys[b + 1], keys[b + 6]
+  if reset then
+    local alg, key, raw, s1 = q[1], KEYS[k], keys[b + 5], keys[b + 2]
+    if alg == 2 then
+      saveLog(key, s1, q[3])
+    elseif reset > 0 or (raw and minTTL > 0) then
+      local state
+      if alg >= 4 and alg <= 6 then
+        state = packBucket(s1, keys[b + 3])
+      elseif alg == 1 then
+        state = string.format('%d %d', s1, keys[b + 3])
+      else
+        state = string.format('%d %d %d', s1, keys[b + 3], keys[b + 4])
+      end
+      if minTTL > 0 or state ~= raw then
+        call('SET', key, state, 'PX', max(reset, minTTL))
+      end
+    elseif raw then
+      call('DEL', key)
     end
   end
 end
-out[n + 1] = now
 return out

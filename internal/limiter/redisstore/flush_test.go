@@ -1,0 +1,108 @@
+package redisstore
+
+import (
+	"fmt"
+	"runtime"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/sluice-dev/sluice/internal/limiter"
+	"github.com/sluice-dev/sluice/internal/testutil/redisserver"
+)
+
+// TestLoneCallerNeverWaits: a single caller's Takes each make one round trip of their own at
+// once (one script call each, none through the sender, none lingering), before and after a
+// busy spell: once the batcher has sent nothing for its policy's idle time it forgets the load
+// it saw. Counts, not times.
+func TestLoneCallerNeverWaits(t *testing.T) {
+	srv := redisserver.StartTest(t)
+	s := newStore(t, newClient(t, srv.URL()), Options{Prefix: freshPrefix("lone"), Timeout: testTimeout})
+	b := s.batch
+	lim := limiter.Limit{Algorithm: limiter.TokenBucket, Limit: limiter.MaxLimit, Window: time.Second}
+
+	// The connection's dial has the scripts preloaded in the background, holding the wire
+	// tokens meanwhile (see preload), so that a call then queues: warm up, and let it finish.
+	mustTake(t, s, "warm", lim, 1, time.Time{})
+	for b.preloading.Load() {
+		runtime.Gosched()
+	}
+
+	lone := func(phase string) {
+		t.Helper()
+		const n = 50
+		calls, direct, batches, lingered := scriptCalls(t, srv), b.direct.Load(), b.batches.Load(), b.lingered.Load()
+		for i := range n {
+			mustTake(t, s, fmt.Sprintf("k%d", i%3), lim, 1, time.Time{})
+		}
+		if got := scriptCalls(t, srv) - calls; got != n {
+			t.Errorf("%s: %d script calls for %d lone Takes, want one each", phase, got, n)
+		}
+		if got := b.direct.Load() - direct; got != n {
+			t.Errorf("%s: %d of %d lone Takes sent on their own, want all", phase, got, n)
+		}
+		if got := b.batches.Load() - batches; got != 0 {
+			t.Errorf("%s: %d pipelines sent for lone Takes, want none", phase, got)
+		}
+		if got := b.lingered.Load() - lingered; got != 0 {
+			t.Errorf("%s: %d batches waited for more calls, want none", phase, got)
+		}
+	}
+	lone("idle store")
+
+	takeConcurrently(t, s, "hot", lim, 32, 20, func() time.Time { return time.Time{} })
+	if !b.flow.busy(b.policy) {
+		t.Fatalf("the batcher is not busy right after 32 concurrent callers (saw %d, %d in flight lately)", b.flow.peak.Load(), b.flow.recent.Load())
+	}
+	// As if the policy's idle time had passed since the last batch.
+	b.flow.sent.Add(-int64(b.policy.idle) - 1)
+	lone("after a busy spell")
+}
+
+// TestBusyBatcherFillsBatches: 32 callers in a closed loop, on one hot key or on distinct
+// keys, get far more decisions per script call (INFO commandstats) than natural batching gave
+// (about 2.5 at 8 callers, 5 through the sidecar at 32 connections), and while the batcher is
+// busy no call goes on its own.
+func TestBusyBatcherFillsBatches(t *testing.T) {
+	const callers, each, minPerCall = 32, 40, 12
+	srv := redisserver.StartTest(t)
+	lim := limiter.Limit{Algorithm: limiter.TokenBucket, Limit: limiter.MaxLimit, Window: time.Second}
+	for _, distinct := range []bool{false, true} {
+		t.Run(fmt.Sprintf("distinct=%v", distinct), func(t *testing.T) {
+			s := newStore(t, newClient(t, srv.URL()), Options{Prefix: freshPrefix("busy"), Timeout: testTimeout})
+			b := s.batch
+			calls := scriptCalls(t, srv)
+			var wg sync.WaitGroup
+			for g := range callers {
+				wg.Go(func() {
+					for i := range each {
+						key := "hot"
+						if distinct {
+							key = fmt.Sprintf("k%d-%d", g, i)
+						}
+						if _, err := s.Take(t.Context(), key, lim, 1, time.Time{}); err != nil {
+							t.Error(err)
+							return
+						}
+					}
+				})
+			}
+			wg.Wait()
+			scripts := scriptCalls(t, srv) - calls
+			per := float64(callers*each) / float64(scripts)
+			t.Logf("%d decisions in %d script calls (%.1f each), %d pipelines, %d calls on their own, %d batches waited, largest %d",
+				callers*each, scripts, per, b.batches.Load(), b.direct.Load(), b.lingered.Load(), b.largest.Load())
+			if per < minPerCall {
+				t.Errorf("%.1f decisions per script call with %d callers, want at least %d", per, callers, minPerCall)
+			}
+			// Before the batcher has seen busy load, the first calls go on their own (at most
+			// directMax at once); after that none should. Allow a few waves' worth.
+			if got := b.direct.Load(); got > 4*directMax {
+				t.Errorf("%d calls sent on their own under %d callers, want at most %d", got, callers, 4*directMax)
+			}
+			if b.lingered.Load() == 0 {
+				t.Error("no batch waited for more calls under load")
+			}
+		})
+	}
+}
