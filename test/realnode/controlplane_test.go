@@ -70,12 +70,7 @@ func sidecarGet(podIP, path string) (int, error) {
 // metricSum adds up every sample of a sidecar's metric name, whatever its labels; 0 when it
 // has none yet.
 func metricSum(podIP, name string) (float64, error) {
-	resp, err := httpClient.Get(fmt.Sprintf("http://%s:%d/metrics", podIP, inject.DefaultMetricsPort))
-	if err != nil {
-		return 0, err
-	}
-	defer func() { _ = resp.Body.Close() }()
-	body, err := io.ReadAll(resp.Body)
+	body, err := sidecarMetrics(podIP)
 	if err != nil {
 		return 0, err
 	}
@@ -202,22 +197,9 @@ func managerMetric(podIP, token, name string) (float64, error) {
 	// The endpoint's certificate is self-signed (no --metrics-cert-dir); the token is what
 	// this test checks, not the certificate.
 	c := &http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{TLSClientConfig: &tls.Config{InsecureSkipVerify: true}}} //nolint:gosec // see above
-	req, err := http.NewRequest(http.MethodGet, fmt.Sprintf("https://%s:%d/metrics", podIP, managerMetricsPort), nil)
+	body, err := scrape(c, fmt.Sprintf("https://%s:%d/metrics", podIP, managerMetricsPort), token)
 	if err != nil {
 		return 0, err
-	}
-	req.Header.Set("Authorization", "Bearer "+token)
-	resp, err := c.Do(req)
-	if err != nil {
-		return 0, err
-	}
-	defer func() { _ = resp.Body.Close() }()
-	body, err := io.ReadAll(resp.Body)
-	if err != nil {
-		return 0, err
-	}
-	if resp.StatusCode != http.StatusOK {
-		return 0, fmt.Errorf("%s: %s: %s", podIP, resp.Status, body)
 	}
 	m := regexp.MustCompile(`(?m)^` + regexp.QuoteMeta(name) + `\{namespace="` + ns + `",policy="shop"\} (\S+)$`).FindSubmatch(body)
 	if m == nil {

@@ -82,14 +82,39 @@ func tally(podIPs []string, n int, h http.Header) map[int]int {
 	return counts
 }
 
-// metric reads one unlabelled sample of a sidecar's /metrics.
-func metric(podIP, name string) (float64, error) {
-	resp, err := httpClient.Get(fmt.Sprintf("http://%s:%d/metrics", podIP, inject.DefaultMetricsPort))
+// scrape GETs a metrics endpoint (with a bearer token when token is not empty) and returns
+// its body, or an error unless it answered 200.
+func scrape(c *http.Client, url, token string) ([]byte, error) {
+	req, err := http.NewRequest(http.MethodGet, url, nil)
 	if err != nil {
-		return 0, err
+		return nil, err
+	}
+	if token != "" {
+		req.Header.Set("Authorization", "Bearer "+token)
+	}
+	resp, err := c.Do(req)
+	if err != nil {
+		return nil, err
 	}
 	defer func() { _ = resp.Body.Close() }()
 	body, err := io.ReadAll(resp.Body)
+	if err != nil {
+		return nil, err
+	}
+	if resp.StatusCode != http.StatusOK {
+		return nil, fmt.Errorf("%s: %s: %s", url, resp.Status, body)
+	}
+	return body, nil
+}
+
+// sidecarMetrics returns a sidecar's /metrics.
+func sidecarMetrics(podIP string) ([]byte, error) {
+	return scrape(httpClient, fmt.Sprintf("http://%s:%d/metrics", podIP, inject.DefaultMetricsPort), "")
+}
+
+// metric reads one unlabelled sample of a sidecar's /metrics.
+func metric(podIP, name string) (float64, error) {
+	body, err := sidecarMetrics(podIP)
 	if err != nil {
 		return 0, err
 	}
