@@ -50,7 +50,7 @@ func PlotLease(file string, rep *LeaseReport, bucket int64) error {
 		unit = fmt.Sprintf("units (cost %d a request)", rep.cost)
 	}
 
-	top := leasePanel(sec(axisEnd))
+	top := newPanel(sec(axisEnd))
 	top.Title.Text = fmt.Sprintf("admitted per %s: exact %d, leased %d of %d offered",
 		bucketName, rep.Exact.Allowed*rep.cost, rep.Leased.Allowed*rep.cost, int64(len(rep.arrivals))*rep.cost)
 	top.X.Label.Text = ""
@@ -79,7 +79,7 @@ func PlotLease(file string, rep *LeaseReport, bucket int64) error {
 		top.Legend.Add(s.name+" admitted", l)
 	}
 
-	bottom := leasePanel(sec(axisEnd))
+	bottom := newPanel(sec(axisEnd))
 	bottom.X.Label.Text = "time since the first arrival (s)"
 	windowed := lim.Algorithm == limiter.FixedWindow || lim.Algorithm == limiter.SlidingWindowCounter
 	exactBound, leasedBound := lim.Capacity()+lim.Limit, (lim.Capacity()*W+lim.Limit*(W+A))/W
@@ -139,19 +139,6 @@ func PlotLease(file string, rep *LeaseReport, bucket int64) error {
 	}
 	title := fmt.Sprintf("%s, %d pods, lease maxAge %s: exact and leased", rule, rep.Fleet.Pods, rep.Fleet.Lease.MaxAge)
 	return writeFigure(file, LeasePlotHeight, title, []*plot.Plot{top, bottom})
-}
-
-// leasePanel is an empty panel from 0 to xmax seconds.
-func leasePanel(xmax float64) *plot.Plot {
-	p := plot.New()
-	p.X.Min, p.X.Max, p.Y.Min = 0, xmax, 0
-	p.X.Tick.Marker = secondTicks{}
-	p.Legend.Top = true
-	p.Legend.TextStyle.Font.Size = 10
-	p.Legend.ThumbnailWidth = px(22)
-	p.Title.TextStyle.Font.Size = 12
-	p.Title.Padding = px(4)
-	return p
 }
 
 // inWindow is the step function "admitted so far in the current aligned window of w ms" of

@@ -227,22 +227,28 @@ var palette = []color.RGBA{
 	{0x17, 0xbe, 0xcf, 0xff}, // cyan
 }
 
-// panel draws run r (the i-th) on [origin, axisEnd) ms with nb buckets of bucket ms.
-func panel(r *Run, i int, origin, axisEnd, bucket int64, nb int) *plot.Plot {
-	sec := func(t int64) float64 { return float64(t-origin) / 1000 }
-	W := r.lim.WindowMs()
-	bucketName := (time.Duration(bucket) * time.Millisecond).String()
-
+// newPanel is an empty panel from 0 to xmax seconds, in the figures' style.
+func newPanel(xmax float64) *plot.Plot {
 	p := plot.New()
-	p.X.Label.Text = "time since the first arrival (s)"
-	p.Y.Label.Text = "requests"
-	p.X.Min, p.X.Max, p.Y.Min = 0, sec(axisEnd), 0
+	p.X.Min, p.X.Max, p.Y.Min = 0, xmax, 0
 	p.X.Tick.Marker = secondTicks{}
 	p.Legend.Top = true
 	p.Legend.TextStyle.Font.Size = 10
 	p.Legend.ThumbnailWidth = px(22)
 	p.Title.TextStyle.Font.Size = 12
 	p.Title.Padding = px(4)
+	return p
+}
+
+// panel draws run r (the i-th) on [origin, axisEnd) ms with nb buckets of bucket ms.
+func panel(r *Run, i int, origin, axisEnd, bucket int64, nb int) *plot.Plot {
+	sec := func(t int64) float64 { return float64(t-origin) / 1000 }
+	W := r.lim.WindowMs()
+	bucketName := (time.Duration(bucket) * time.Millisecond).String()
+
+	p := newPanel(sec(axisEnd))
+	p.X.Label.Text = "time since the first arrival (s)"
+	p.Y.Label.Text = "requests"
 
 	// Window boundaries, aligned to the Unix epoch as the window algorithms align them.
 	var bounds plotter.XYs
