@@ -79,18 +79,7 @@ func (s *CalendarWindowState) charge(lim *Limit, c, now, start, end int64) Resul
 func (s *TokenBucketState) charge(lim *Limit, c, now int64) Result {
 	W, L, capacity := lim.WindowMs(), lim.Limit, lim.Capacity()
 	full := capacity * W
-	if !s.Started {
-		s.Tokens, s.Last, s.Started = full, now, true
-	}
-	s.Tokens = min(s.Tokens, full)
-	if now > s.Last {
-		if dt := now - s.Last; reaches(dt, L, full-s.Tokens) {
-			s.Tokens = full
-		} else {
-			s.Tokens += dt * L
-		}
-		s.Last = now
-	}
+	s.refill(L, full, now)
 	if floor := MaxDebt(lim); c > (s.Tokens-floor)/W {
 		s.Tokens = floor
 	} else {

@@ -35,10 +35,9 @@ type TokenBucketState struct {
 // gets exactly cap + floor(L*(t1-t0)/W) units of cost 1 through in [t0, t1] from a full bucket.
 func (s *TokenBucketState) Take(lim Limit, c, now int64) Result { return s.take(&lim, c, now) }
 
-// take is Take with lim by reference, for the store's hot path.
-func (s *TokenBucketState) take(lim *Limit, c, now int64) Result {
-	W, L, capacity := lim.WindowMs(), lim.Limit, lim.Capacity()
-	full := capacity * W
+// refill starts a bucket full at now, or refills it at L scaled units per ms since Last, up to
+// full: what a take and a late charge do first. Small enough to be inlined into both.
+func (s *TokenBucketState) refill(L, full, now int64) {
 	if !s.Started {
 		s.Tokens, s.Last, s.Started = full, now, true
 	}
@@ -51,6 +50,13 @@ func (s *TokenBucketState) take(lim *Limit, c, now int64) Result {
 		}
 		s.Last = now
 	}
+}
+
+// take is Take with lim by reference, for the store's hot path.
+func (s *TokenBucketState) take(lim *Limit, c, now int64) Result {
+	W, L, capacity := lim.WindowMs(), lim.Limit, lim.Capacity()
+	full := capacity * W
+	s.refill(L, full, now)
 
 	var r Result
 	switch {
