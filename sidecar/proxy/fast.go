@@ -800,10 +800,7 @@ func (h *Handler) forward(ctx *fasthttp.RequestCtx, s *requestScan, peer netip.A
 	case up != resp:
 		h.watchFast(resp, up, d)
 	case len(d.cost) > 0: // header sources only: the head tells
-		s := newCostScan(d.cost)
-		d.cost = nil
-		s.head(fastHeaderGet(&resp.Header))
-		h.settleCost(s.charges, s)
+		h.settleWhole(d, &resp.Header, nil)
 	}
 	stripResponse(&resp.Header, false)
 	if d.show != nil {
