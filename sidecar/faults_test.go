@@ -101,6 +101,24 @@ func (w *localWatch) end(from time.Time) (total float64, stopped time.Time) {
 	return w.last, time.Time{}
 }
 
+// checkFailover checks a failover under load: no phase failed a request, and what (its keys'
+// decisions) was back in Redis (backAt, the last local decision, since the load's start; 0
+// when nothing was decided locally) no later than failover (the switch or promotion, after
+// the kill at killAt) plus the breaker's longest cooldown and the margin.
+func checkFailover(t *testing.T, phases []phaseStats, what, failover string, killAt, failoverAt, backAt time.Duration) {
+	t.Helper()
+	for _, p := range phases {
+		if p.failed != 0 {
+			t.Errorf("%s: %d failed requests, want 0", p.name, p.failed)
+		}
+	}
+	if backAt == 0 {
+		t.Errorf("no request was decided locally: the kill did not reach the sidecar")
+	} else if bound := failoverAt + faultMaxCooldown + faultMargin; backAt > bound {
+		t.Errorf("%s back in Redis %s after the kill, later than %s (%s) + max cooldown + margin", what, ms(backAt-killAt), failover, ms(failoverAt-killAt))
+	}
+}
+
 // tailLocal checks that at most 5% of the requests in the last stretch, local0 and local1
 // the sidecar's local decisions at its start and end, were decided locally.
 func tailLocal(t *testing.T, what string, local0, local1 float64, tail phaseStats) {
@@ -214,16 +232,7 @@ func TestFaultSentinelFailover(t *testing.T) {
 		"- breaker: "+describeTransitions(ts, load.start),
 		"", phaseHeader, phases[0].row(), phases[1].row(), phases[2].row(), phases[3].row())
 
-	for _, p := range phases {
-		if p.failed != 0 {
-			t.Errorf("phase %q: %d failed requests, want 0", p.name, p.failed)
-		}
-	}
-	if backAt == 0 {
-		t.Errorf("no request was decided locally: the kill did not reach the sidecar")
-	} else if bound := switchAt + faultMaxCooldown + faultMargin; backAt > bound {
-		t.Errorf("decisions back in Redis %s after the kill, later than the switch (%s) + max cooldown + margin", ms(backAt-killAt), ms(switchAt-killAt))
-	}
+	checkFailover(t, phases, "decisions", "the switch", killAt, switchAt, backAt)
 	if calls == 0 {
 		t.Errorf("no script call on the promoted master %s after the failover", promoted.Addr())
 	}
@@ -520,16 +529,7 @@ func TestFaultClusterFailover(t *testing.T) {
 		fmt.Sprintf("- script calls on the promoted replica in the last second: %d", calls),
 		"- breaker: " + describeTransitions(ts, vload.start), ""}, rows...)...)
 
-	for _, p := range stats {
-		if p.failed != 0 {
-			t.Errorf("%s: %d failed requests, want 0", p.name, p.failed)
-		}
-	}
-	if backAt == 0 {
-		t.Errorf("no request was decided locally: the kill did not reach the sidecar")
-	} else if bound := promotedAt + faultMaxCooldown + faultMargin; backAt > bound {
-		t.Errorf("victim's keys back in Redis %s after the kill, later than the promotion (%s) + max cooldown + margin", ms(backAt-killAt), ms(promotedAt-killAt))
-	}
+	checkFailover(t, stats, "victim's keys", "the promotion", killAt, promotedAt, backAt)
 	tailLocal(t, "victim's slots", local0, local1, statsOf("", vs, tailFrom, end))
 	if calls == 0 {
 		t.Errorf("no script call on the promoted replica %s after the failover", promoted.Addr())
