@@ -152,7 +152,7 @@ func (d *Decider) TakeRequest(ctx context.Context, pols []*config.Policy, rules 
 		switch {
 		case leased:
 			res[0], err = d.opts.Leases.Take(ctx, takes[0].Key, takes[0].Limit, *rules[0].Lease, takes[0].N, now)
-		case d.opts.Leases != nil && len(takes) > 1 && len(takes) <= maxInline:
+		case d.opts.Leases != nil && len(takes) > 1 && len(takes) <= maxInline && anyLeased(rules):
 			called, err = d.remoteLeased(ctx, pols, rules, takes, now, res)
 		default:
 			err = d.remote(ctx, takes, now, res)
@@ -222,6 +222,17 @@ func (d *Decider) remote(ctx context.Context, takes []limiter.Take, now time.Tim
 	}
 	_, err := d.opts.Remote.TakeRequest(ctx, takes, now, res)
 	return err
+}
+
+// anyLeased reports whether one of rules has a lease: a request with none is decided in Redis
+// as it is, without remoteLeased's reservations.
+func anyLeased(rules []*config.Rule) bool {
+	for _, r := range rules {
+		if r.Lease != nil {
+			return true
+		}
+	}
+	return false
 }
 
 // remoteLeased decides a request of several rules as one unit when some are leased: each
