@@ -116,6 +116,9 @@ type batcher struct {
 	stopped bool
 	// preloadWanted asks the preloading goroutine, preloading says it runs.
 	preloadWanted, preloading atomic.Bool
+	// loading serialises loadScripts: two callers each holding some of the wire tokens and
+	// waiting for the rest would wait for ever.
+	loading sync.Mutex
 	// active counts the calls in do; see there.
 	active atomic.Int64
 	// load, on a cluster, counts the calls in do on every batcher of the Store (see gather);
@@ -551,6 +554,8 @@ func (b *batcher) preload() {
 // runs on a connection left idle rather than dial one more: the call whose new connection
 // asked for the preload still holds it.
 func (b *batcher) loadScripts() {
+	b.loading.Lock()
+	defer b.loading.Unlock()
 	for i := range MaxConns {
 		if !b.acquire(false, nil) {
 			for range i {
