@@ -457,13 +457,14 @@ func (b *batcher) coalesce(calls []*call, perSlot bool) []*merged {
 // finish hands each call its part of the script's reply.
 func (m *merged) finish(vals []int64, err error) {
 	parts := make([][]int64, len(m.calls))
+	var rp replay
 	for i, c := range m.calls {
 		if err != nil {
 			break
 		}
-		parts[i], vals, err = decodeReplies(vals, len(c.takes))
+		parts[i], vals, err = decodeReplies(vals, c.takes, &rp)
 	}
-	if err == nil && len(vals) != 0 {
+	if err == nil && (len(vals) != 0 || rp.left != 0) {
 		err = errReply
 	}
 	for i, c := range m.calls {
@@ -621,7 +622,7 @@ func (h preloadHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.P
 // routes a lone command through its command table (COMMAND, asked of a random node, on a
 // connection left open there), and a pipeline by slot alone. NOSCRIPT is answered with EVAL.
 func runPiped(ctx context.Context, client redis.UniversalClient, nowArg string, minTTL int64, keys []string, takes []scriptTake) ([]int64, error) {
-	return decodeOne(evalPiped(ctx, client, requestScript, keys, oneCall(nowArg, takes).argv(minTTL)...), len(takes))
+	return decodeOne(evalPiped(ctx, client, requestScript, keys, oneCall(nowArg, takes).argv(minTTL)...), takes)
 }
 
 // evalPiped runs sc as EVALSHA in a pipeline of its own, and as EVAL if the node answers

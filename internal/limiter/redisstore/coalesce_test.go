@@ -98,13 +98,23 @@ func checkCoalescedBatches(t *testing.T, tgt batchTarget, base limiter.Limit, se
 		now = max(now, -t0)
 		nowArg := strconv.FormatInt(t0+now, 10)
 		batch := make([]queued, size)
+		// Every other batch is mostly one Take repeated, the hot key's usual batch: runs the
+		// script decides together (see lua/request.lua) that cross the limit, or start denied.
+		run, runCost, others := size%2 == 0, randomCost(rng, lim.Capacity()), 4
+		if run {
+			others = 16
+		}
 		for i := range batch {
 			key := "hot"
-			if rng.IntN(4) == 0 {
+			if rng.IntN(others) == 0 {
 				key = "k" + strconv.Itoa(rng.IntN(3))
 			}
-			take := limiter.Take{Key: tgt.key(key, lim), Limit: lim, N: randomCost(rng, lim.Capacity())}
-			if tgt.requests && rng.IntN(5) == 0 {
+			cost := randomCost(rng, lim.Capacity())
+			if run && key == "hot" {
+				cost = runCost
+			}
+			take := limiter.Take{Key: tgt.key(key, lim), Limit: lim, N: cost}
+			if tgt.requests && rng.IntN(5*others/4) == 0 {
 				batch[i] = queueRequest(ctx, s, nowArg, []limiter.Take{take, {Key: tgt.key("o", other), Limit: other, N: randomCost(rng, other.Capacity()), Shadow: rng.IntN(2) == 0}})
 			} else {
 				batch[i] = queueTake(ctx, s, nowArg, take)

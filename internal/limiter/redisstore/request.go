@@ -120,15 +120,29 @@ func (sc *scriptCall) argv(minTTL int64) []any {
 // errReply is a reply of the request script that does not fit its takes.
 var errReply = errors.New("request script returned a reply that does not fit its takes")
 
-// decodeReplies expands the replies of n takes at the start of vals, the request script's
-// compact form, into requestFields integers each, and returns the rest of vals.
-func decodeReplies(vals []int64, n int) (out, rest []int64, err error) {
-	out = make([]int64, requestFields*n)
-	for i := range n {
-		if len(vals) < 1 {
+// decodeReplies expands the replies of takes at the start of vals, the request script's
+// compact form, into requestFields integers each, and returns the rest of vals. rp carries a
+// replayed run from one call's takes to the next call's (a script call's groups are decoded in
+// order, sharing one replay).
+func decodeReplies(vals []int64, takes []scriptTake, rp *replay) (out, rest []int64, err error) {
+	out = make([]int64, requestFields*len(takes))
+	for i := range takes {
+		o := out[requestFields*i:]
+		if rp.left == 0 && len(vals) >= 5 && vals[0] < 0 { // a run the script left to replay
+			rp.left, rp.at, rp.s = vals[0], vals[1], [3]int64{vals[2], vals[3], vals[4]}
+			rp.left = -rp.left
+			vals = vals[5:]
+		}
+		if rp.left > 0 {
+			if !rp.next(&takes[i], o) {
+				return nil, nil, errReply
+			}
+			continue
+		}
+		if len(vals) < 1 || vals[0] < 0 {
 			return nil, nil, errReply
 		}
-		r1, o := vals[0], out[requestFields*i:]
+		r1 := vals[0]
 		o[0], o[1], o[2], o[5] = r1&1, r1>>6&(1<<27-1), r1>>33, r1>>3&3
 		vals = vals[1:]
 		if r1&32 != 0 {
@@ -158,6 +172,58 @@ func decodeReplies(vals []int64, n int) (out, rest []int64, err error) {
 		}
 	}
 	return out, vals, nil
+}
+
+// replay is a run of admitted repeats of one Take that the request script charged as one take
+// of their summed cost and left to the decoder to reply to (lua/request.lua): left takes, each
+// decided by package limiter's transition, the one limiter.MemoryStore runs, on the state s
+// that the take before it left at instant at. So each gets what it would have got decided on
+// its own in the script.
+type replay struct {
+	left int64
+	at   int64
+	s    [3]int64
+}
+
+// next decides the run's next take, t, into o, and reports whether it was admitted, as every
+// take the script charged must be.
+func (rp *replay) next(t *scriptTake, o []int64) bool {
+	rp.left--
+	l, c, at := &t.lim, t.cost, rp.at
+	lim := limiter.Limit{Limit: l[1], Window: time.Duration(l[2]) * time.Millisecond, Burst: l[3]}
+	var r limiter.Result
+	var content int64
+	switch l[0] {
+	case 1:
+		lim.Algorithm = limiter.FixedWindow
+		st := limiter.FixedWindowState{Window: rp.s[0], Count: rp.s[1]}
+		r = st.Take(lim, c, at)
+		rp.s = [3]int64{st.Window, st.Count}
+	case 3:
+		lim.Algorithm = limiter.SlidingWindowCounter
+		st := limiter.SlidingWindowCounterState{Window: rp.s[0], Prev: rp.s[1], Curr: rp.s[2]}
+		r = st.Take(lim, c, at)
+		rp.s = [3]int64{st.Window, st.Prev, st.Curr}
+	case 4:
+		lim.Algorithm = limiter.TokenBucket
+		st := limiter.TokenBucketState{Tokens: rp.s[0], Last: rp.s[1], Started: true}
+		r = st.Take(lim, c, at)
+		rp.s, content = [3]int64{st.Tokens, st.Last}, st.Tokens
+	case 5:
+		lim.Algorithm = limiter.LeakyBucket
+		st := limiter.LeakyBucketState{Level: rp.s[0], Last: rp.s[1]}
+		r = st.TakeMeter(lim, c, at)
+		rp.s, content = [3]int64{st.Level, st.Last}, st.Level
+	case 7: // the calendar window's end and start are W and M (see takeOf)
+		lim.Algorithm = limiter.FixedWindow
+		st := limiter.CalendarWindowState{Start: rp.s[0], End: rp.s[1], Count: rp.s[2]}
+		r = st.Take(lim, c, at, l[4], l[2])
+		rp.s = [3]int64{st.Start, st.End, st.Count}
+	default:
+		return false
+	}
+	o[0], o[1], o[2], o[6], o[7] = 1, r.Remaining, r.ResetAfter.Milliseconds(), at, content
+	return r.Allowed
 }
 
 // TakeRequest implements limiter.RequestStore: a request is admitted only when every enforced

@@ -211,7 +211,7 @@ func (s *Store) reloadCluster() {
 
 // runDirect is one call of the request script with one group, in a round trip of its own.
 func runDirect(ctx context.Context, client redis.UniversalClient, nowArg string, minTTL int64, keys []string, takes []scriptTake) ([]int64, error) {
-	return decodeOne(requestScript.Run(ctx, client, keys, oneCall(nowArg, takes).argv(minTTL)...), len(takes))
+	return decodeOne(requestScript.Run(ctx, client, keys, oneCall(nowArg, takes).argv(minTTL)...), takes)
 }
 
 // oneCall is the script call of one group alone.
@@ -223,14 +223,15 @@ func oneCall(nowArg string, takes []scriptTake) *scriptCall {
 	return sc
 }
 
-// decodeOne is the requestFields integers per take of the reply of a call of n takes.
-func decodeOne(cmd *redis.Cmd, n int) ([]int64, error) {
+// decodeOne is the requestFields integers per take of the reply of a call of takes.
+func decodeOne(cmd *redis.Cmd, takes []scriptTake) ([]int64, error) {
 	vals, err := cmd.Int64Slice()
 	if err != nil {
 		return nil, err
 	}
-	out, rest, err := decodeReplies(vals, n)
-	if err == nil && len(rest) != 0 {
+	var rp replay
+	out, rest, err := decodeReplies(vals, takes, &rp)
+	if err == nil && (len(rest) != 0 || rp.left != 0) {
 		err = errReply
 	}
 	return out, err

@@ -37,6 +37,9 @@
 -- instant when the clock went back) and content the bucket's tokens or level after the take,
 -- in scaled units (0 for the window algorithms): what a refund (refund.lua) needs. Every
 -- integer stays below 2^53 (remaining <= limiter.MaxLimit < 2^27).
+-- In place of the replies of k >= 1 takes of a run (a Take repeated, below): -k, then the
+-- instant and the state (three values, 0 for none) the take before them left, from which
+-- request.go's decoder replays them.
 --
 -- The batcher coalesces the calls waiting at one moment into one call, each a group, so that
 -- one call decides a hot key's whole batch at one instant. A group's takes are decided in
@@ -204,7 +207,7 @@ if uses[4] then
   refill = function(q, tokens, last)
     local full = q[6]
     if not tokens then return full, now end
-    tokens = min(tokens, full) -- capacity was lowered
+    if tokens > full then tokens = full end -- capacity was lowered
     if now > last then -- else the clock went back: no refill
       local dt = now - last
       if dt >= cdiv(full - tokens, q[2]) then
@@ -217,20 +220,23 @@ if uses[4] then
     return tokens, last
   end
 
-  -- limiter.TokenBucketState.take, state <tokens, last>
+  -- limiter.TokenBucketState.take, state <tokens, last>. (Comparisons stand for min and max
+  -- here: a call of them costs more than the rest of a repeated take's decision.)
   transition[4] = function(q, c, tokens, last)
-    local L, W = q[2], q[3]
+    local L, W, cw = q[2], q[3], c * q[3]
     tokens, last = refill(q, tokens, last)
     local allowed, retry, reason = 0, 0, 0
     if c > q[4] then
       retry, reason = -1, 2
-    elseif tokens >= c * W then
-      tokens = tokens - c * W
+    elseif tokens >= cw then
+      tokens = tokens - cw
       allowed = 1
     else
-      retry, reason = cdiv(c * W - tokens, L), 1
+      retry, reason = cdiv(cw - tokens, L), 1
     end
-    return allowed, max(0, floor(tokens / W)), cdiv(q[6] - tokens, L), retry, 0, reason, last, tokens, tokens, last
+    local remaining = 0 -- max(0, floor(tokens / W)): tokens < 0 is a debt
+    if tokens >= W then remaining = floor(tokens / W) end
+    return allowed, remaining, cdiv(q[6] - tokens, L), retry, 0, reason, last, tokens, tokens, last
   end
 end
 
@@ -532,7 +538,9 @@ while v do
 
   local decide = transition[alg]
   local a, rm, rs, rt, dl, rn, at, ct
-  for _ = 1, reps do
+  local rep = 1
+  while rep <= reps do
+    local p1, p2, p3, from = s1, s2, s3, n
     if kind <= 1 then
       a, rm, rs, rt, dl, rn, at, ct, s1, s2, s3 = decide(q, c, s1, s2, s3, key)
     elseif kind == 5 then
@@ -561,6 +569,40 @@ while v do
     if st then
       out[n + 1], out[n + 2] = at, ct
       n = n + 2
+    end
+    rep = rep + 1
+    if rep == 2 and a == 1 and reps > 3 and kind == 0 and not st and alg ~= 2 and alg ~= 6 then
+      -- An admitted Take repeated: of the repeats, as many are admitted as one take of their
+      -- summed cost would admit (for each algorithm but the log and the queue, j takes of c at
+      -- one instant are admitted together exactly when one take of j*c is, which then leaves
+      -- the same state), so k, the most of them admitted, is found by bisection (the
+      -- transitions change nothing), charged as one take, and replied as -k, then the instant
+      -- and state the first take left: request.go's decoder replays the k takes on that state
+      -- with package limiter's transitions. The repeats after them are decided below.
+      local lo, hi = 0, reps - 1
+      while lo < hi do
+        local mid = lo + floor((hi - lo + 1) / 2)
+        if decide(q, mid * c, s1, s2, s3, key) == 1 then lo = mid else hi = mid - 1 end
+      end
+      if lo > 0 then
+        out[n + 1], out[n + 2], out[n + 3], out[n + 4], out[n + 5] = -lo, at, s1, s2, s3 or 0
+        n = n + 5
+        a, rm, rs, rt, dl, rn, at, ct, s1, s2, s3 = decide(q, lo * c, s1, s2, s3, key)
+        rep = rep + lo
+        p1, p2, p3 = false, false, false -- not a repeat of a denial
+      end
+    end
+    if rep <= reps and s1 == p1 and s2 == p2 and s3 == p3 then
+      -- The take left the state as it was (a denial): each repeat of it is decided on the
+      -- same state at the same instant, so it gets the same reply.
+      local w = n - from
+      for _ = rep, reps do
+        for j = from + 1, from + w do
+          out[n + j - from] = out[j]
+        end
+        n = n + w
+      end
+      rep = reps + 1
     end
   end
   if kind == 3 or kind == 4 then
