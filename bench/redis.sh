@@ -9,8 +9,7 @@
 #   - BenchmarkEvalReturn1: the same EVALSHA through go-redis, one round trip per call;
 #   - BenchmarkTake per algorithm, unbatched (one round trip per Take, as for a cluster client)
 #     and batched (the default for a single-node client);
-# and once per repetition, per algorithm, redis-benchmark -P 32 of the store's own script: what
-# Redis alone can decide per second, a ceiling no client can pass. It prints the median of the
+# It prints the median of the
 # repetitions as a table, and the load average before and after (numbers from a loaded machine
 # are not comparable with an idle one's). The server is stopped on exit.
 #
@@ -53,12 +52,6 @@ redis-cli -p "$PORT" PING >/dev/null
 URL="redis://127.0.0.1:$PORT/0"
 RET1=$(redis-cli -p "$PORT" SCRIPT LOAD "return 1")
 
-# The store's script, for the Redis-only ceiling: arith + request, as scripts.go builds it, one
-# Take per call (a group of one take committed even when denied, -1; see lua/request.lua), by
-# the algorithm's code.
-declare -A LUA=([FixedWindow]=1 [SlidingWindowLog]=2 [SlidingWindowCounter]=3 [TokenBucket]=4
-  [LeakyBucket/Meter]=5 [LeakyBucket/Queue]=6)
-REQ=$(redis-cli -p "$PORT" -x SCRIPT LOAD < <(cat internal/limiter/redisstore/lua/arith.lua internal/limiter/redisstore/lua/request.lua))
 
 RESULTS=$WORK/results.tsv # kind, callers, name, value per line
 scaled() { echo $(( $1 * ($2 > 10 ? $2 : 10) / 50 )); } # total callers: fewer callers, fewer calls
@@ -80,9 +73,6 @@ for rep in $(seq "$REPS"); do
     printf 'rb\t%s\treturn1\t%s\n' "$c" "$(rb "$c" "$(scaled "$N" "$c")" EVALSHA "$RET1" 0)" >> "$RESULTS"
     gobench "$c" unbatched,batched 'BenchmarkTake$|BenchmarkEvalReturn1$' >> "$RESULTS"
   done
-  for alg in "${!LUA[@]}"; do
-    printf 'ceiling\t-\t%s\t%s\n' "$alg" "$(rb 4 100000 -P 32 -r 1000 EVALSHA "$REQ" 1 "bench:{__rand_int__}:$alg" "" 0 -1 1 "${LUA[$alg]}" 1000 1000 1000 1 1000 0)" >> "$RESULTS"
-  done
   if [ "$SENDERS" = 1 ]; then
     gobench 50 senders1,senders2,senders4 'BenchmarkTake/.*/.*/(FixedWindow|TokenBucket)$' >> "$RESULTS"
   fi
@@ -101,7 +91,7 @@ med = {k: statistics.median(v) for k, v in runs.items()}
 def get(kind, c, name): return med.get((kind, c, name))
 def k(v): return f"{v/1000:7.1f}k" if v else "      -"
 def r(a, b): return f"{a/b:5.2f}" if a and b else "    -"
-callers = sorted({c for (kind, c, _) in med if kind != "ceiling"}, key=int)
+callers = sorted({c for (kind, c, _) in med}, key=int)
 algs = ["FixedWindow", "SlidingWindowLog", "SlidingWindowCounter", "TokenBucket", "LeakyBucket/Meter", "LeakyBucket/Queue"]
 print(f"## Redis store vs redis-benchmark, same redis-server ({version}), loopback; median of {reps} runs")
 print(f"## load average before {before}, after {after}; decisions (requests) per second")
@@ -112,14 +102,13 @@ for c in callers:
     rb, g = get("rb", c, "return1"), get("go", c, f"BenchmarkEvalReturn1/callers={c}")
     print(f"{c:>7}  {k(rb):>16}  {k(g)} ({r(g, rb)})")
 print()
-print("algorithm             callers  unbatched  batched   unbatched/rb  batched/rb  batched/unbatched  Redis-only ceiling (-P 32)")
+print("algorithm             callers  unbatched  batched   unbatched/rb  batched/rb  batched/unbatched")
 for alg in algs:
     for c in callers:
         rb = get("rb", c, "return1")
         u = get("go", c, f"BenchmarkTake/callers={c}/unbatched/{alg}")
         b = get("go", c, f"BenchmarkTake/callers={c}/batched/{alg}")
-        ceil = get("ceiling", "-", alg)
-        print(f"{alg:<21} {c:>7}  {k(u)}  {k(b)}  {r(u, rb):>12}  {r(b, rb):>10}  {r(b, u):>17}  {k(ceil) if c == callers[-1] else ''}")
+        print(f"{alg:<21} {c:>7}  {k(u)}  {k(b)}  {r(u, rb):>12}  {r(b, rb):>10}  {r(b, u):>17}")
 senders = [(n, v) for (kind, c, n), v in med.items() if "/senders" in n]
 if senders:
     print()

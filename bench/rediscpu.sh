@@ -17,8 +17,10 @@
 #     TokenBucket keyed by a header, one hot key and 10,000 distinct keys, Redis CPU per
 #     request, the sidecar's own CPU per request (/proc/PID/stat) and wrk's p50/p99 latency
 #     (with BASE_SIDECAR, a sidecar built at an earlier commit, side by side);
-#   - the TokenBucket take alone at redis-benchmark -P 32 -c 50 against the naive script
-#     (throughput and Redis CPU per call), as the issue measured them;
+#   - the TokenBucket take alone, pipelined as the issue measured it with redis-benchmark -P 32
+#     -c 50, against the naive script (throughput and Redis CPU per call): bench/rediscpu
+#     -piped sends both, since redis-benchmark's arguments cannot carry the request script's
+#     binary numbers;
 #   - the same with BASE_BIN (bench/rediscpu built at an earlier commit), when set, side by side.
 # Writes $OUT/rediscpu.tsv and $OUT/rediscpu.md (ratios to the naive reference).
 #
@@ -89,25 +91,10 @@ ref naive-hash-tb EVALSHA "$NSHA" 1 "naive:__rand_int__" 0.001 100 1000
 ref evalsha-return1 EVALSHA "$RSHA" 0
 
 # The TokenBucket take alone, pipelined as the issue measured it (-P 32 -c 50), against the naive
-# script: one Store.Take's call of the request script, its ARGV as request.go's scriptCall
-# builds it (now from TIME, no minTTL, kinds 1 = enforced takes only, one limit: tb 1e8/s,
-# burst 1e8; the take: flag 32 (a Take), key 1, limit 1, cost 1 = 32 + 128*512*512).
-REQ=$(cat internal/limiter/redisstore/lua/arith.lua internal/limiter/redisstore/lua/request.lua)
-QSHA=$(redis-cli -p "$P" SCRIPT LOAD "$REQ")
-TB_ARGS=("" 0 1 1 4 100000000 1000 100000000 0 33554464)
-if ! redis-cli -p "$P" EVALSHA "$QSHA" 1 probe "${TB_ARGS[@]}" | grep -qE '^[0-9]+$'; then
-  echo "the request script rejects the benchmark's arguments: update TB_ARGS" >&2; exit 1
-fi
-piped() { # name args...: req/s and Redis CPU per call at -P 32 -c 50
-  local name=$1; shift
-  local c0 c1 rps
-  c0=$(cpu "$P")
-  rps=$(redis-benchmark -h 127.0.0.1 -p "$P" -c 50 -P 32 -n "$N" -r 10000 -q "$@" | tr '\r' '\n' | sed -n 's/.*: \([0-9.]*\) requests per second.*/\1/p' | tail -1)
-  c1=$(cpu "$P")
-  printf 'piped\t%s\t%s\t%s\n' "$name" "$rps" "$(python3 -c "print(f'{($c1-$c0)*1e6/$N:.2f}')")" >> "$TSV"
-}
-piped naive-hash-tb EVALSHA "$NSHA" 1 "naive:__rand_int__" 0.001 100 1000
-piped request-tb-take EVALSHA "$QSHA" 1 "tb:{__rand_int__}" "${TB_ARGS[@]}"
+# script, both sent by bench/rediscpu -piped (one Store.Take's call of the request script, its
+# ARGV as request.go's scriptCall builds it).
+"$WORK/rediscpu" -redis-url "redis://127.0.0.1:$P/0" -piped "$N" \
+  -request-lua internal/limiter/redisstore/lua/arith.lua,internal/limiter/redisstore/lua/request.lua >> "$TSV"
 
 for bin in "$WORK/rediscpu" ${BASE_BIN:+"$BASE_BIN"}; do
   ver=new; [ "$bin" = "$WORK/rediscpu" ] || ver=base
@@ -212,7 +199,7 @@ piped = {r[1]: (float(r[2]), float(r[3])) for r in rows if r[0] == "piped"}
 if piped:
     (nr, nc), (tr, tc) = piped["naive-hash-tb"], piped["request-tb-take"]
     print()
-    print(f"redis-benchmark -P 32 -c 50, one key of 10,000 per call: naive hash token bucket {nr:,.0f}/s ({nc:.2f} µs of Redis CPU per call), "
+    print(f"Pipelined (bench/rediscpu -piped: 50 connections, pipelines of 32), one key of 10,000 per call: naive hash token bucket {nr:,.0f}/s ({nc:.2f} µs of Redis CPU per call), "
           f"the request script's TokenBucket take {tr:,.0f}/s ({tc:.2f} µs): {tr/nr:.2f}x the naive script's rate.")
 PY
 cat "$OUT/rediscpu.md"

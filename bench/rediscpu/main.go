@@ -15,15 +15,27 @@
 //
 //	script <topology> <keys> <takes per call> <decisions> <cpu µs per decision> <script µs per call> <errors>
 //
+// With -piped N it measures the TokenBucket take alone as the issue did with redis-benchmark
+// -P 32 -c 50 (whose arguments cannot carry the request script's binary numbers): N EVALSHA
+// calls from 50 connections in pipelines of 32, of the naive hash token bucket (one key of
+// 10,000 per call) and of the request script (-request-lua, its source) deciding one Take of
+// a never-denying TokenBucket, one key of 10,000 per call, each call's ARGV built here as
+// request.go's scriptCall builds it; calls per second and Redis CPU per call:
+//
+//	piped <script> <calls per second> <cpu µs per call>
+//
 // bench/rediscpu.sh runs it next to redis-benchmark references; the same source builds
 // against an earlier commit's store for a side-by-side run.
 package main
 
 import (
 	"context"
+	"encoding/binary"
 	"flag"
 	"fmt"
 	"log"
+	"math"
+	"os"
 	"strconv"
 	"strings"
 	"sync"
@@ -43,6 +55,8 @@ func main() {
 	duration := flag.Duration("duration", 2*time.Second, "per case")
 	topo := flag.String("name", "single", "topology name for the output")
 	takes := flag.String("takes", "", "script mode: takes per script call, comma-separated")
+	piped := flag.Int("piped", 0, "piped mode: script calls per script")
+	requestLua := flag.String("request-lua", "", "piped mode: the request script's source files, comma-separated, in order")
 	flag.Parse()
 	client, err := redisstore.NewClientFromURL(*url)
 	if err != nil {
@@ -50,6 +64,10 @@ func main() {
 	}
 	ctx := context.Background()
 	lim := limiter.Limit{Algorithm: limiter.TokenBucket, Limit: 100_000_000, Window: time.Second}
+	if *piped > 0 {
+		pipedMode(ctx, client, *requestLua, *piped)
+		return
+	}
 	if *takes != "" {
 		scriptMode(ctx, client, lim, *topo, *keys, *takes, *duration)
 		return
@@ -135,6 +153,74 @@ func scriptMode(ctx context.Context, client redis.UniversalClient, lim limiter.L
 			fmt.Printf("script\t%s\t%d\t%d\t%d\t%.2f\t%.2f\t%d\n", topo, nk, g, d, (cpu1-cpu0)*1e6/float64(d),
 				float64(usec1-usec0)/float64(calls1-calls0), fails.Load())
 		}
+	}
+}
+
+// naiveTB is the issue's reference: a float token bucket on a hash, now passed in.
+const naiveTB = `local rate, cap, now = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3])
+local v = redis.call("HMGET", KEYS[1], "t", "ts")
+local t, ts = tonumber(v[1]) or cap, tonumber(v[2]) or now
+t = math.min(cap, t + (now - ts) * rate)
+local ok = 0
+if t >= 1 then t = t - 1; ok = 1 end
+redis.call("HSET", KEYS[1], "t", t, "ts", now)
+redis.call("PEXPIRE", KEYS[1], 60000)
+return ok`
+
+// pipedMode prints a piped line for the naive script and for the request script's Take (see
+// the package comment), the naive one first.
+func pipedMode(ctx context.Context, client redis.UniversalClient, requestLua string, n int) {
+	var src []byte
+	for _, f := range strings.Split(requestLua, ",") {
+		b, err := os.ReadFile(f)
+		if err != nil {
+			log.Fatal(err)
+		}
+		src = append(src, b...)
+	}
+	// The request script's numbers for one Take (lua/request.lua): minTTL 0 (server time),
+	// kinds 1 (enforced takes), one limit (tb, L 1e8, W 1000 ms, cap 1e8, M 0), and the take:
+	// flag 32 (a Take), key 1, limit 1, cost 1 = 32 + 128*512*512.
+	var nums []byte
+	for _, v := range []int64{0, 1, 1, 4, 100_000_000, 1000, 100_000_000, 0, 32 + 128*512*512} {
+		nums = binary.LittleEndian.AppendUint64(nums, math.Float64bits(float64(v)))
+	}
+	scripts := []struct {
+		name, prefix string
+		sc           *redis.Script
+		args         []any
+	}{
+		{"naive-hash-tb", "naive:", redis.NewScript(naiveTB), []any{0.001, 100, 1000}},
+		{"request-tb-take", "tb:", redis.NewScript(string(src)), []any{"", nums}},
+	}
+	for _, sc := range scripts {
+		if err := sc.sc.Run(ctx, client, []string{sc.prefix + "probe"}, sc.args...).Err(); err != nil {
+			log.Fatalf("%s rejects the benchmark's arguments: %v", sc.name, err)
+		}
+		const conns, depth = 50, 32
+		cpu0, _, _, _ := stats(ctx, client)
+		start := time.Now()
+		var next atomic.Int64
+		var wg sync.WaitGroup
+		for range conns {
+			wg.Go(func() {
+				for j := next.Add(depth); j <= int64(n); j = next.Add(depth) {
+					pipe := client.Pipeline()
+					for k := range int64(depth) {
+						key := sc.prefix + strconv.FormatInt((j+k)*7919%10_000, 10) // spread over 10,000 keys
+						pipe.EvalSha(ctx, sc.sc.Hash(), []string{key}, sc.args...)
+					}
+					if _, err := pipe.Exec(ctx); err != nil {
+						log.Fatalf("%s: %v", sc.name, err)
+					}
+				}
+			})
+		}
+		wg.Wait()
+		d := time.Since(start)
+		cpu1, _, _, _ := stats(ctx, client)
+		calls := float64(n / depth * depth)
+		fmt.Printf("piped\t%s\t%.0f\t%.2f\n", sc.name, calls/d.Seconds(), (cpu1-cpu0)*1e6/calls)
 	}
 }
 

@@ -2,7 +2,9 @@ package redisstore
 
 import (
 	"context"
+	"encoding/binary"
 	"errors"
+	"math"
 	"slices"
 	"sync"
 	"time"
@@ -57,7 +59,7 @@ type scriptCall struct {
 	nowArg string
 	kinds  int64 // the sum of 2^kind over the kinds of take in the call
 	limits []scriptLimit
-	takes  []any // the takes, encoded
+	takes  []int64 // the takes, encoded
 	// last is the last take's encoded integer when it is a Take, Charge or Issue that another
 	// equal to it may repeat (see add), else 0; repeat is the index of the repeat count that
 	// follows it in takes, or -1.
@@ -97,24 +99,33 @@ func (sc *scriptCall) add(key int, t *scriptTake) {
 			}
 		case sc.repeat < 0: // a hot key's batch: -r stands for r more takes equal to the last
 			sc.repeat = len(sc.takes)
-			sc.takes = append(sc.takes, int64(-1))
+			sc.takes = append(sc.takes, -1)
 		default:
-			sc.takes[sc.repeat] = sc.takes[sc.repeat].(int64) - 1
+			sc.takes[sc.repeat]--
 		}
 		return
 	}
-	sc.takes = append(sc.takes, t.flags|flagBig, key+1, l+1, c)
+	sc.takes = append(sc.takes, t.flags|flagBig, int64(key)+1, int64(l)+1, c)
 	sc.last = 0
 }
 
-// argv is the call's ARGV.
+// argv is the call's ARGV: now, then the numbers as little-endian doubles (see
+// lua/request.lua), every one an integer below 2^53 in magnitude.
 func (sc *scriptCall) argv(minTTL int64) []any {
-	args := make([]any, 0, 4+5*len(sc.limits)+len(sc.takes))
-	args = append(args, sc.nowArg, minTTL, sc.kinds, len(sc.limits))
+	nums := make([]byte, 0, 8*(3+5*len(sc.limits)+len(sc.takes)))
+	put := func(v int64) { nums = binary.LittleEndian.AppendUint64(nums, math.Float64bits(float64(v))) }
+	put(minTTL)
+	put(sc.kinds)
+	put(int64(len(sc.limits)))
 	for _, l := range sc.limits {
-		args = append(args, l[0], l[1], l[2], l[3], l[4])
+		for _, v := range l {
+			put(v)
+		}
 	}
-	return append(args, sc.takes...)
+	for _, t := range sc.takes {
+		put(t)
+	}
+	return []any{sc.nowArg, nums}
 }
 
 // errReply is a reply of the request script that does not fit its takes.

@@ -3,13 +3,16 @@
 --
 -- KEYS: the limiter keys of the takes, each once; takes name them by index.
 -- ARGV[1] now: ms since the Unix epoch, or '' to read Redis's clock (once per call)
--- ARGV[2] minTTL: the least TTL to set, ms (0 with server time)
--- ARGV[3] the kinds of take the call holds (below), as a sum of 2^kind
--- ARGV[4] nl, then nl limits of 5 fields each: algorithm (1 fw, 2 swl, 3 swc, 4 tb, 5 lbm,
+-- ARGV[2] the call's numbers N, each a little-endian double (8 bytes; every one an integer
+--   below 2^53 in magnitude, which a double holds exactly): one struct.unpack reads them all,
+--   where a decimal argument each cost Redis an argument and the script a strtod. They are:
+-- N[1] minTTL: the least TTL to set, ms (0 with server time)
+-- N[2] the kinds of take the call holds (below), as a sum of 2^kind
+-- N[3] nl, then nl limits of 5 fields each: algorithm (1 fw, 2 swl, 3 swc, 4 tb, 5 lbm,
 --   6 lbq, 7 calendar fw), L, W (window, ms), cap (Limit.Capacity), M (LeakyBucket Queue's
 --   MaxDelay, ms). A calendar FixedWindow's W is the end and M the start of the window that
 --   holds the caller's now (ms), computed by the caller in the rule's time zone.
--- ARGV[5 + 5*nl ..]: the takes in order, one integer each (request.go's scriptCall.add):
+-- N[4 + 5*nl ..]: the takes in order, one integer each (request.go's scriptCall.add):
 --   v = f + 128 * ((k - 1) + 512 * ((l - 1) + 512 * c))
 --   k the take's key (index into KEYS), l its limit (index into the limits), c its cost
 --   (0 <= c < 2^27), and the flags f:
@@ -22,7 +25,7 @@
 --     32     the take is a group of its own, committed whether or not it is allowed: a
 --            Store.Take, Charge or Issue, whose denial still brings the state forward to now,
 --            as in limiter.MemoryStore.Take
---     64     k, l and c did not fit: v = f, and they follow as the next three arguments
+--     64     k, l and c did not fit: v = f, and they follow as the next three numbers
 --   A negative integer -r after a take of flag 32 stands for r more takes equal to it (a hot
 --   key's batch is mostly the same Take over and over).
 -- A cost above what the take's kind can tell apart is clamped by the caller: a take's to
@@ -66,21 +69,34 @@ if ARGV[1] == '' then
 else
   now = tonumber(ARGV[1])
 end
--- x + 0 makes a number of a numeric string x, as tonumber does (strtod, exact for integers
--- below 2^53), without a function call: the arguments are the script's numbers.
-local minTTL = ARGV[2] + 0
-local kinds = ARGV[3] + 0
+-- The numbers, read 200 at a time (a C function's results are bounded by the Lua stack).
+local N, nn = {}, #ARGV[2] / 8
+do
+  local blob, got, pos = ARGV[2], 0, 1
+  while got < nn do
+    local m = min(200, nn - got)
+    local part = {struct.unpack('<' .. string.rep('d', m), blob, pos)}
+    if got == 0 and m == nn then
+      N = part -- the usual call: no copy
+    else
+      for j = 1, m do N[got + j] = part[j] end
+    end
+    got, pos = got + m, part[m + 1]
+  end
+  N[nn + 1] = nil -- the position unpack returned last
+end
+local minTTL, kinds = N[1], N[2]
 
 -- The limits: q = {alg, L, W, cap, M, full}, full = cap*W for the buckets (<= 8.64e15); and
 -- transition[alg] set (to true, then to its function below) for the algorithms they use.
 local limits, transition = {}, {}
-local nl = ARGV[4] + 0
+local nl = N[3]
 for j = 1, nl do
-  local b = 5 * j - 1
-  local alg, W, cap = ARGV[b + 1] + 0, ARGV[b + 3] + 0, ARGV[b + 4] + 0
+  local b = 5 * j - 2
+  local alg, W, cap = N[b + 1], N[b + 3], N[b + 4]
   local full = 0
   if alg >= 4 and alg <= 6 then full = cap * W end
-  limits[j] = {alg, ARGV[b + 2] + 0, W, cap, ARGV[b + 5] + 0, full}
+  limits[j] = {alg, N[b + 2], W, cap, N[b + 5], full}
   transition[alg] = true
 end
 
@@ -475,14 +491,14 @@ local out, n = {}, 0
 -- The request group being decided (its number, whether it is still admitted) and the keys it
 -- touched (their slot bases), to restore if it is not.
 local gid, admit, nt, touched, saved = 1, true, 0, nil, nil
-local i, nargv = 5 + 5 * nl, #ARGV
-local v = ARGV[i] and ARGV[i] + 0
+local i = 4 + 5 * nl
+local v = N[i]
 while v do
   local f = v % 128
   local k, l, c
   if f >= 64 then
     f = f - 64
-    k, l, c = ARGV[i + 1] + 0, ARGV[i + 2] + 0, ARGV[i + 3] + 0
+    k, l, c = N[i + 1], N[i + 2], N[i + 3]
     i = i + 4
   else
     v = (v - f) / 128
@@ -493,12 +509,12 @@ while v do
     k, l = k + 1, l + 1
     i = i + 1
   end
-  v = i <= nargv and ARGV[i] + 0
+  v = N[i]
   local reps = 1
   if v and v < 0 then
     reps = 1 - v
     i = i + 1
-    v = i <= nargv and ARGV[i] + 0
+    v = N[i]
   end
 
   local q, key, b = limits[l], KEYS[k], 6 * k - 6
