@@ -124,9 +124,11 @@ type batcher struct {
 	// load, on a cluster, counts the calls in do on every batcher of the Store (see gather);
 	// nil on a single node, where the policy's load is active.
 	load *atomic.Int64
-	// policy is when to send (nodePolicy or clusterPolicy), flow what it has seen.
+	// policy is when to send (nodePolicy or clusterPolicy), flow what it has seen (of load),
+	// and own, on a cluster, what it has seen of active.
 	policy flushPolicy
 	flow   flow
+	own    flow
 	// xscript is the script a cluster batcher sends to its master (nodeScript; tests set
 	// another before start), and perSlot says the master cannot run it (see sendNode).
 	xscript *script
@@ -250,6 +252,7 @@ func (b *batcher) do(ctx context.Context, nowArg string, keys []string, takes []
 	if b.load != nil {
 		load = b.load.Add(1)
 		defer b.load.Add(-1)
+		b.own.see(n)
 	}
 	b.flow.see(load)
 	if n <= directMax && !b.flow.busy(b.policy) && len(b.queue) == 0 && b.acquire(true, nil) {
@@ -317,8 +320,10 @@ func (b *batcher) run() {
 		}
 		batch = b.gather(batch, &timer)
 		b.flow.flushed(b.loadNow())
+		b.own.flushed(b.active.Load())
 		b.send(batch)
 		b.flow.replied()
+		b.own.replied()
 		b.release()
 		clear(batch)
 		batch = batch[:0]

@@ -106,3 +106,28 @@ func TestBusyBatcherFillsBatches(t *testing.T) {
 		})
 	}
 }
+
+// TestClusterHotKeyFillsBatches: on a 3-master cluster, 48 callers in a closed loop on one hot
+// key fill its master's script calls with nearly all of them, as one node's batcher does. With
+// only the Store-wide wait for 16 (clusterPolicy's fill), batches alternated between 16 and
+// the 32 that queued meanwhile: 24 decisions per script call.
+func TestClusterHotKeyFillsBatches(t *testing.T) {
+	const callers, each, minPerCall = 48, 40, 32
+	c := redisserver.StartCluster(t, 3)
+	a := c.Addrs()
+	s := newStore(t, newClient(t, "redis+cluster://"+a[0]+"?addr="+a[1]+"&addr="+a[2]), Options{Prefix: freshPrefix("hotc"), Timeout: testTimeout})
+	lim := limiter.Limit{Algorithm: limiter.TokenBucket, Limit: limiter.MaxLimit, Window: time.Second}
+	mustTake(t, s, "hot", lim, 1, time.Time{}) // makes the master's batcher
+	b, err := s.batcherFor(t.Context(), s.Keys("hot", lim)[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	calls := b.scripts.Load() + b.direct.Load()
+	takeConcurrently(t, s, "hot", lim, callers, each, func() time.Time { return time.Time{} })
+	n := b.scripts.Load() + b.direct.Load() - calls
+	per := float64(callers*each) / float64(n)
+	t.Logf("%d decisions in %d script calls (%.1f each), largest %d", callers*each, n, per, b.largest.Load())
+	if per < minPerCall {
+		t.Errorf("%.1f decisions per script call with %d callers on one key, want at least %d", per, callers, minPerCall)
+	}
+}
