@@ -30,6 +30,7 @@ const (
 	kindCheck       = 3 // denies its request, changes nothing
 	kindShadowCheck = 4
 	kindLease       = 5 // a lease of up to cost units (limiter.Lessor)
+	kindUsage       = 6 // usage to add, up to cost units (AddUsage)
 
 	flagState = 8  // the reply carries the take's at and content
 	flagEnd   = 16 // the take ends its request
@@ -76,14 +77,16 @@ func (sc *scriptCall) add(key int, t *scriptTake) {
 	}
 	// A cost the script cannot tell from a smaller one is clamped, which keeps it exact in the
 	// script's doubles and usually packable: a take's above max(L, cap) is denied whatever it
-	// is, a lease issues at most cap, and a late charge of 2^53 units already drains any bucket
-	// to limiter.MaxDebt.
+	// is, a lease issues at most cap, usage adds at most max(L, cap), and a late charge of 2^53
+	// units already drains any bucket to limiter.MaxDebt.
 	c := t.cost
 	switch t.flags & 7 {
 	case kindCharge:
 		c = min(c, maxExact)
 	case kindLease:
 		c = min(c, t.lim[3])
+	case kindUsage: // no state holds more than max(L, cap)
+		c = min(c, max(t.lim[1], t.lim[3]))
 	default:
 		c = min(c, max(t.lim[1], t.lim[3])+1)
 	}

@@ -16,8 +16,6 @@ var (
 	requestLua string
 	//go:embed lua/refund.lua
 	refundLua string
-	//go:embed lua/charge.lua
-	chargeLua string
 )
 
 // script is a Lua script run with EVALSHA. When Redis answers NOSCRIPT (after a restart or
@@ -30,9 +28,8 @@ type script struct {
 
 func newScript(src string) *script { return &script{Script: redis.NewScript(src), src: src} }
 
-// The request script, the refund script and the charge script (Store.Charge).
+// The request script and the refund script.
 var (
 	requestScript = newScript(arithLua + requestLua)
 	refundScript  = newScript(arithLua + refundLua)
-	chargeScript  = newScript(arithLua + chargeLua)
 )

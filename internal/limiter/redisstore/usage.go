@@ -11,9 +11,10 @@ import (
 // AddUsage adds n units of usage decided elsewhere to key's state under lim, without deciding
 // anything: the units a sidecar admitted on its local share while Redis was unreachable, so
 // that a client that spent its share then does not find a fresh budget when Redis is back. It
-// is one call of lua/charge.lua on key's master, outside the batcher, and returns the units
-// charged: n, or fewer when the state could not hold more (it is then used up: a window's
-// count or a log's sum at the limit, a token bucket empty, a leaky bucket full).
+// is a take of the request script (kind kindUsage, lua/request.lua's usage), coalesced like
+// Take, and returns the units charged: n, or fewer when the state could not hold more (it is
+// then used up: a window's count or a log's sum at the limit, a token bucket empty, a leaky
+// bucket full).
 //
 // The state is brought forward to the call's instant as a Take would, and the units are
 // charged at that instant: for a bucket or a log that is no earlier than they were spent, so
@@ -33,11 +34,9 @@ func (s *Store) AddUsage(ctx context.Context, key string, lim limiter.Limit, n i
 	ctx, cancel := context.WithTimeout(ctx, s.timeout)
 	defer cancel()
 	start := time.Now()
-	got, err := chargeScript.Run(ctx, s.client, s.Keys(key, lim), nowArg, s.minTTL, algCode(&lim),
-		lim.Limit, lim.WindowMs(), lim.Capacity(), n).Int64()
+	vals, err := s.run(ctx, nowArg, s.Keys(key, lim), s.alone(key, lim, n, now, kindUsage, 0))
 	if err != nil {
-		s.reloadCluster()
 		return 0, s.wrap(ctx, err, time.Since(start))
 	}
-	return got, nil
+	return vals[4], nil // the take's delay: the units charged
 }

@@ -26,7 +26,7 @@ func TestAddUsage(t *testing.T) {
 		"beyond":       {before: 2, charge: 3 * limit, wantCharged: limit - 2},
 		"already used": {before: limit, charge: 1, wantCharged: 0},
 	}
-	for _, lim := range limiter.Variants(limit, window, 0, window) {
+	for _, lim := range append(limiter.Variants(limit, window, 0, window), calendarLimit(t, limiter.Day, "Europe/Berlin", limit)) {
 		for name, c := range cases {
 			t.Run(lim.Name()+"/"+name, func(t *testing.T) {
 				s := newStore(t, newClient(t, srv.URL()), Options{Prefix: freshPrefix("charge"), Timeout: testTimeout, ExplicitTime: true})

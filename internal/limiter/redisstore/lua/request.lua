@@ -19,7 +19,8 @@
 --     f % 8  the kind: 0 an enforced take, 1 shadow (it does not deny its group), 2 a late
 --            charge (limiter.Charger: FixedWindow, calendar FixedWindow and TokenBucket only),
 --            3 a check (it denies its group but never changes the state), 4 a shadow check,
---            5 a lease of up to c units (see lease below)
+--            5 a lease of up to c units (see lease below), 6 usage to add, of up to c units
+--            (see usage below)
 --     8      the reply carries the take's at and content (below)
 --     16     the take ends its group: a request (limiter.RequestStore) is a group of takes
 --     32     the take is a group of its own, committed whether or not it is allowed: a
@@ -103,8 +104,8 @@ end
 -- transition[alg](q, c, s1, s2, s3, key) decides a take of cost c on a state, returning
 -- allowed, remaining, resetAfter, retryAfter, delay, reason, at, content and the new state.
 local uses = transition
-local windowTake, rollFixed, rollCalendar, refill, lateCharge, lease
-local loadLog, newestT, saveLog
+local windowTake, rollFixed, rollCalendar, rollCounter, refill, leak, lateCharge, lease, usage
+local loadLog, newestT, copyLog, addLog, saveLog
 
 if uses[1] or uses[7] then
   -- The fixed windows' decision, shared by FixedWindow and calendar FixedWindow: c units into
@@ -177,9 +178,10 @@ if uses[7] then
 end
 
 if uses[3] then
-  -- limiter.SlidingWindowCounterState.take, state <window w, units in w-1, units in w>
-  transition[3] = function(q, c, win, pr, n)
-    local L, W, t = q[2], q[3], now
+  -- limiter.SlidingWindowCounterState brought forward to now: the instant t of the decision,
+  -- the window and its two counts.
+  rollCounter = function(W, win, pr, n)
+    local t = now
     if not win then win, pr, n = 0, 0, 0 end
     local w = floor(t / W)
     if w == win then
@@ -191,6 +193,13 @@ if uses[3] then
     else
       t = win * W -- clock went back
     end
+    return t, win, pr, n
+  end
+
+  -- limiter.SlidingWindowCounterState.take, state <window w, units in w-1, units in w>
+  transition[3] = function(q, c, win, pr, n)
+    local L, W, t = q[2], q[3], 0
+    t, win, pr, n = rollCounter(W, win, pr, n)
     local e = t - win * W -- 0 <= e < W
     local rest = W - 1 - e -- (t-W, t] holds the last rest ticks of the previous window
     local allowed, retry, reason = 0, 0, 0
@@ -257,22 +266,27 @@ if uses[4] then
 end
 
 if uses[5] or uses[6] then
-  -- limiter.LeakyBucketState.takeMeter, or takeQueue for alg 6, state <level, last>; an
-  -- absent key is empty
-  local function leakyBucket(q, c, level, last)
-    local L, W, cap, full, M = q[2], q[3], q[4], q[6], q[5]
-    if not level then level, last = 0, 0 end
-    -- limiter.LeakyBucketState.leak
+  -- limiter.LeakyBucketState.leak: the level brought forward to now; an absent key is empty.
+  leak = function(q, level, last)
+    local full = q[6]
+    if not level then return 0, now end
     level = min(level, full) -- capacity was lowered
     if now > last then -- else the clock went back: no leak
       local dt = now - last
-      if dt >= cdiv(level, L) then
+      if dt >= cdiv(level, q[2]) then
         level = 0 -- never forms dt*L for a large dt
       else
-        level = level - dt * L
+        level = level - dt * q[2]
       end
       last = now
     end
+    return level, last
+  end
+
+  -- limiter.LeakyBucketState.takeMeter, or takeQueue for alg 6, state <level, last>
+  local function leakyBucket(q, c, level, last)
+    local L, W, cap, full, M = q[2], q[3], q[4], q[6], q[5]
+    level, last = leak(q, level, last)
     local allowed, retry, reason, delay, remaining = 0, 0, 0, 0, 0
     if q[1] == 6 then
       local d = cdiv(level, L)
@@ -352,22 +366,32 @@ if uses[2] then
     return nil
   end
 
+  -- copyLog is a new state value equal to st; addLog adds c units at st.t, to the newest
+  -- entry when it is at st.t.
+  copyLog = function(st)
+    local s = {}
+    for k, v in pairs(st) do s[k] = v end
+    return s
+  end
+  addLog = function(s, c)
+    if newestT(s) == s.t then
+      if s.pushT then s.pushC = s.pushC + c else s.lastC = s.lastC + c end
+    else
+      s.pushT, s.pushC = s.t, c
+    end
+    s.sum = s.sum + c
+  end
+
   -- limiter.SlidingWindowLogState.take (its drop already counted by loadLog)
   transition[2] = function(q, c, st, _, _, key)
     local L, W, t = q[2], q[3], st.t
-    local s = {}
-    for k, v in pairs(st) do s[k] = v end
+    local s = copyLog(st)
     local allowed, retry, reason = 0, 0, 0
     if c > L then
       retry, reason = -1, 2
     elseif s.sum + c <= L then
       allowed = 1
-      if newestT(s) == t then
-        if s.pushT then s.pushC = s.pushC + c else s.lastC = s.lastC + c end
-      else
-        s.pushT, s.pushC = t, c
-      end
-      s.sum = s.sum + c
+      addLog(s, c)
     else
       reason = 1
       -- the first entry, oldest first, at which the running total reaches sum + c - L; it is
@@ -475,6 +499,61 @@ if floor(kinds / 32) % 2 == 1 then
   end
 end
 
+if floor(kinds / 64) % 2 == 1 then
+  -- Usage decided elsewhere (Store.AddUsage: what a sidecar admitted on its local share while
+  -- Redis was away), added without deciding anything: the state brought forward as a take
+  -- brings it, then as much of c charged as it can hold and stay within the bounds that keep
+  -- the arithmetic exact (a window's or a log's count up to L, a token bucket down to empty, a
+  -- leaky bucket up to full). Its delay is the units charged; its remaining is a take of one
+  -- unit's but for the queue, whose delay bound it does not count.
+  usage = function(q, c, s1, s2, s3)
+    local alg, L, W = q[1], q[2], q[3]
+    local add, reset = 0, 0
+    if alg == 4 then
+      local tokens, last = refill(q, s1, s2)
+      if tokens >= W then add = min(c, floor(tokens / W)) end -- tokens < 0 is a debt
+      tokens = tokens - add * W
+      local remaining = 0
+      if tokens >= W then remaining = floor(tokens / W) end
+      return 1, remaining, cdiv(q[6] - tokens, L), 0, add, 0, last, tokens, tokens, last
+    elseif alg == 5 or alg == 6 then
+      local level, last = leak(q, s1, s2)
+      add = min(c, floor((q[6] - level) / W))
+      level = level + add * W
+      return 1, floor((q[6] - level) / W), cdiv(level, L), 0, add, 0, last, level, level, last
+    elseif alg == 2 then
+      local s = copyLog(s1)
+      add = max(0, min(c, L - s.sum))
+      if add > 0 then addLog(s, add) end
+      local nt = newestT(s)
+      if nt then reset = nt + W - s.t end
+      return 1, max(0, L - s.sum), reset, 0, add, 0, s.t, 0, s
+    elseif alg == 3 then
+      local t, win, pr, n = rollCounter(W, s1, s2, s3)
+      add = max(0, min(c, L - n))
+      n = n + add
+      local rest = W - 1 - (t - win * W)
+      if n > 0 then
+        reset = rest + W
+      elseif pr > 0 then
+        reset = rest
+      end
+      return 1, max(0, L - n - cdiv(pr * rest, W)), reset, 0, add, 0, t, 0, win, pr, n
+    elseif alg == 7 then
+      local t, st, en, n = rollCalendar(q, s1, s2, s3)
+      add = max(0, min(c, L - n))
+      n = n + add
+      if n > 0 then reset = max(1, en - t) end
+      return 1, max(0, L - n), reset, 0, add, 0, t, 0, st, en, n
+    end
+    local t, win, n = rollFixed(W, s1, s2)
+    add = max(0, min(c, L - n))
+    n = n + add
+    if n > 0 then reset = (win + 1) * W - t end
+    return 1, max(0, L - n), reset, 0, add, 0, t, 0, win, n
+  end
+end
+
 -- keys holds KEYS[k] as the takes so far left it, loaded at its first take, in the 6 slots
 -- from b = 6*(k-1): b+1 its limit q (nil until loaded), b+2, b+3, b+4 the state s1, s2, s3
 -- (false for none), b+5 raw (the string state read, false for none), b+6 reset (of its last
@@ -563,6 +642,8 @@ while v do
       a, rm, rs, rt, dl, rn, at, ct, s1, s2, s3 = lease(q, c, s1, s2, s3, key)
     elseif kind == 2 then
       a, rm, rs, rt, dl, rn, at, ct, s1, s2, s3 = lateCharge(q, c, s1, s2, s3)
+    elseif kind == 6 then
+      a, rm, rs, rt, dl, rn, at, ct, s1, s2, s3 = usage(q, c, s1, s2, s3)
     else -- a check changes nothing
       a, rm, rs, rt, dl, rn, at, ct = decide(q, c, s1, s2, s3, key)
     end
