@@ -9,11 +9,13 @@
 // own clocks are.
 //
 // What a decision costs Redis is mostly per script call (the call itself, TIME, a GET and a SET
-// per key), so the script keeps the per-take part small: a take travels as one integer (its
-// key, limit, cost and flags packed; each limit once per call), a run of equal Takes of a hot
-// key as one integer and a count, a decision comes back as one integer in the common case
-// (allowed, reason, remaining and resetAfter packed), and a call defines only the transitions
-// of the algorithms it uses (see lua/request.lua; bench/rediscpu.sh measures it).
+// per key), so the script keeps the per-take part small: a call's numbers travel as one
+// argument of doubles, a take as one of them (its key, limit, cost and flags packed; each
+// limit once per call), a run of equal Takes of a hot key as one and a count, a decision comes
+// back as one integer in the common case (allowed, reason, remaining and resetAfter packed),
+// and a call defines only the transitions of the algorithms it uses. The admitted part of such
+// a run is found by bisection and charged as one take, and the decoder replays its decisions
+// with package limiter's transitions (see lua/request.lua; bench/rediscpu.sh measures it).
 //
 // Concurrent decisions share round trips and script calls: the Store's batcher coalesces the
 // Takes and TakeRequests waiting at that moment into as few calls of the script as it can,
