@@ -96,7 +96,7 @@ func New(opts Options) *Decider {
 		opts.Log = slog.New(slog.DiscardHandler)
 	}
 	d := &Decider{opts: opts}
-	if c, ok := opts.Remote.(Charger); ok && opts.Remote != nil {
+	if c, ok := opts.Remote.(Charger); ok {
 		d.backlog = newBacklog(c, opts.BacklogMaxKeys, opts.BacklogMaxBytes, func(outcome string, n int64) {
 			opts.Metrics.OutageUnits.WithLabelValues(outcome).Add(float64(n))
 		})

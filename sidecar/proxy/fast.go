@@ -696,8 +696,9 @@ func (h *Handler) forwardExpect(ctx *fasthttp.RequestCtx, a *admitted) {
 	}
 	resp := &ctx.Response
 	r.Header.CopyTo(&resp.Header)
-	var cost *costScan
-	if len(a.d.cost) > 0 {
+	stream := r.BodyStream()
+	var cost *costScan // a streamed body's; a whole one is settled by settleWhole below
+	if len(a.d.cost) > 0 && stream != nil {
 		cost = newCostScan(a.d.cost)
 		a.d.cost = nil
 		cost.head(fastHeaderGet(&r.Header))
@@ -710,7 +711,7 @@ func (h *Handler) forwardExpect(ctx *fasthttp.RequestCtx, a *admitted) {
 		h.settleCost(cost.charges, cost)
 		cost = nil
 	}
-	if stream := r.BodyStream(); stream != nil {
+	if stream != nil {
 		up.body = stream
 		if cost != nil {
 			up.cost = &costBody{h: h, scan: cost, r: stream, left: -1}
@@ -725,10 +726,8 @@ func (h *Handler) forwardExpect(ctx *fasthttp.RequestCtx, a *admitted) {
 		}
 		resp.SetBodyStream(up, n)
 	} else {
-		if cost != nil {
-			cost.write(r.Body())
-			cost.end(true)
-			h.settleCost(cost.charges, cost)
+		if len(a.d.cost) > 0 {
+			h.settleWhole(&a.d, &r.Header, r.Body())
 		}
 		resp.SetBody(r.Body())
 		_ = up.Close()
