@@ -66,15 +66,7 @@ for _ in $(seq 100); do
   [ "$ok" = 3 ] && break; sleep 0.1
 done
 
-NAIVE='local rate, cap, now = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3])
-local v = redis.call("HMGET", KEYS[1], "t", "ts")
-local t, ts = tonumber(v[1]) or cap, tonumber(v[2]) or now
-t = math.min(cap, t + (now - ts) * rate)
-local ok = 0
-if t >= 1 then t = t - 1; ok = 1 end
-redis.call("HSET", KEYS[1], "t", t, "ts", now)
-redis.call("PEXPIRE", KEYS[1], 60000)
-return ok'
+NAIVE=$("$WORK/rediscpu" -naive-script)
 NSHA=$(redis-cli -p "$P" SCRIPT LOAD "$NAIVE")
 RSHA=$(redis-cli -p "$P" SCRIPT LOAD "return 1")
 TSV=$OUT/rediscpu.tsv

@@ -57,7 +57,12 @@ func main() {
 	takes := flag.String("takes", "", "script mode: takes per script call, comma-separated")
 	piped := flag.Int("piped", 0, "piped mode: script calls per script")
 	requestLua := flag.String("request-lua", "", "piped mode: the request script's source files, comma-separated, in order")
+	printNaive := flag.Bool("naive-script", false, "print the naive reference script (bench/rediscpu.sh's) and exit")
 	flag.Parse()
+	if *printNaive {
+		fmt.Print(naiveTB)
+		return
+	}
 	client, err := redisstore.NewClientFromURL(*url)
 	if err != nil {
 		log.Fatal(err)
@@ -156,7 +161,8 @@ func scriptMode(ctx context.Context, client redis.UniversalClient, lim limiter.L
 	}
 }
 
-// naiveTB is the issue's reference: a float token bucket on a hash, now passed in.
+// naiveTB is the issue's reference: a float token bucket on a hash, now passed in; ARGV rate
+// per ms, capacity, now. bench/rediscpu.sh takes it from -naive-script.
 const naiveTB = `local rate, cap, now = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3])
 local v = redis.call("HMGET", KEYS[1], "t", "ts")
 local t, ts = tonumber(v[1]) or cap, tonumber(v[2]) or now
