@@ -97,16 +97,26 @@ func (b *batcher) loadNow() int64 {
 	return b.active.Load()
 }
 
-// gather lets a busy batcher's batch wait up to its policy's linger for as many calls as were
-// in flight lately (at most fill), and returns it. *timer is the sender's, made at its first
-// use.
-func (b *batcher) gather(batch []*call, timer **time.Timer) []*call {
+// wants is how many calls a batch waits for: as many as were in flight lately, at most fill;
+// on a cluster master that carried at least three quarters of them, as many as it carried.
+// Below the policy's busy, none.
+func (b *batcher) wants() int64 {
 	lately := b.flow.lately(b.policy)
 	want := min(b.policy.fill, lately)
 	if own := b.own.lately(b.policy); b.load != nil && 4*own >= 3*lately {
 		want = max(want, min(maxBatch, own))
 	}
-	if want < b.policy.busy || int64(len(batch)) >= want {
+	if want < b.policy.busy {
+		return 0
+	}
+	return want
+}
+
+// gather lets a busy batcher's batch wait up to its policy's linger for the calls it wants,
+// and returns it. *timer is the sender's, made at its first use.
+func (b *batcher) gather(batch []*call, timer **time.Timer) []*call {
+	want := b.wants()
+	if int64(len(batch)) >= want {
 		return batch
 	}
 	b.lingered.Add(1)

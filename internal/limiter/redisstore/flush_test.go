@@ -107,12 +107,12 @@ func TestBusyBatcherFillsBatches(t *testing.T) {
 	}
 }
 
-// TestClusterHotKeyFillsBatches: on a 3-master cluster, 48 callers in a closed loop on one hot
-// key fill its master's script calls with nearly all of them, as one node's batcher does. With
-// only the Store-wide wait for 16 (clusterPolicy's fill), batches alternated between 16 and
-// the 32 that queued meanwhile: 24 decisions per script call.
+// TestClusterHotKeyFillsBatches: on a 3-master cluster a master's batch waits for 16 calls
+// while the Store has 16 or more in flight, or, when the master carried at least three quarters
+// of them (a hot key's), for as many as it carried. (A closed loop of 48 callers on one key
+// got 23 decisions per script call without the second rule, 47 with it; too loaded a machine
+// blurs that, so the rule is checked as such.)
 func TestClusterHotKeyFillsBatches(t *testing.T) {
-	const callers, each, minPerCall = 48, 40, 32
 	c := redisserver.StartCluster(t, 3)
 	a := c.Addrs()
 	s := newStore(t, newClient(t, "redis+cluster://"+a[0]+"?addr="+a[1]+"&addr="+a[2]), Options{Prefix: freshPrefix("hotc"), Timeout: testTimeout})
@@ -122,12 +122,25 @@ func TestClusterHotKeyFillsBatches(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	calls := b.scripts.Load() + b.direct.Load()
-	takeConcurrently(t, s, "hot", lim, callers, each, func() time.Time { return time.Time{} })
-	n := b.scripts.Load() + b.direct.Load() - calls
-	per := float64(callers*each) / float64(n)
-	t.Logf("%d decisions in %d script calls (%.1f each), largest %d", callers*each, n, per, b.largest.Load())
-	if per < minPerCall {
-		t.Errorf("%.1f decisions per script call with %d callers on one key, want at least %d", per, callers, minPerCall)
+	seen := func(f *flow, n int64) {
+		f.recent.Store(n)
+		f.peak.Store(n)
+		f.sent.Store(monoNow())
+	}
+	for _, c := range []struct {
+		store, master, want int64
+	}{
+		{48, 48, 48}, // a hot key: all of them
+		{48, 36, 36}, // three quarters
+		{50, 20, 16}, // distinct keys: the Store-wide wait
+		{50, 37, 16}, // below three quarters
+		{12, 12, 0},  // not busy
+		{400, 400, maxBatch},
+	} {
+		seen(&b.flow, c.store)
+		seen(&b.own, c.master)
+		if got := b.wants(); got != c.want {
+			t.Errorf("%d calls in flight, %d of them on the master: the batch waits for %d, want %d", c.store, c.master, got, c.want)
+		}
 	}
 }
