@@ -9,10 +9,8 @@
 -- Locals, not globals, for what the scripts call per decision: a global is a table lookup.
 local floor, min, max, tonumber = math.floor, math.min, math.max, tonumber
 
--- fdiv is a / b and cdiv is ceil(a/b) (limiter's ceilDiv), for integers 0 <= a < 2^53, b > 0.
-local function fdiv(a, b)
-  return floor(a / b)
-end
+-- cdiv is ceil(a/b) (limiter's ceilDiv), for integers 0 <= a < 2^53, b > 0 (floor(a / b) is
+-- floor division: see above).
 local function cdiv(a, b)
   local q = floor(a / b)
   if q * b ~= a then q = q + 1 end

@@ -104,7 +104,7 @@ end
 
 if alg == 1 then
   -- FixedWindow "<window> <count>": the charge's window only
-  if f[1] ~= fdiv(at, W) then return 0 end
+  if f[1] ~= floor(at / W) then return 0 end
   local back = math.min(c, f[2])
   if back == 0 then return 0 end
   put(string.format('%d %d', f[1], f[2] - back), f[2] == back)
@@ -119,7 +119,7 @@ elseif alg == 7 then
 elseif alg == 3 then
   -- SlidingWindowCounter "<window> <prev> <curr>": curr in the charge's window, prev once it
   -- has rolled once
-  local w, back = fdiv(at, W), 0
+  local w, back = floor(at / W), 0
   if f[1] == w then
     back = math.min(c, f[3])
     f[3] = f[3] - back
