@@ -9,9 +9,9 @@ import (
 	"github.com/sluice-dev/sluice/internal/testutil/redisserver"
 )
 
-// TestCharge: units charged to a key count as spent, for every algorithm, on a fresh key and
-// on one takes already used; a charge beyond what the state can hold charges only that much and
-// leaves it used up; and a charge never denies.
+// TestAddUsage: units added to a key count as spent, for every algorithm and a calendar
+// window, on a fresh key and on one takes already used; a charge beyond what the state can
+// hold charges only that much and leaves it used up; and a charge never denies.
 func TestAddUsage(t *testing.T) {
 	srv := redisserver.StartTest(t)
 	const limit = 10
@@ -57,13 +57,14 @@ func TestAddUsage(t *testing.T) {
 	}
 }
 
-// TestChargeExpiresWithTheWindow: a charge is forgotten as the key's own takes would be: a
-// fixed window's in the next window, a bucket's as it refills (leaks), a log's a window later.
+// TestAddUsageExpiresWithTheWindow: added usage is forgotten as the key's own takes would be:
+// a fixed window's in the next window (a calendar day's the next day), a bucket's as it
+// refills (leaks), a log's a window later.
 func TestAddUsageExpiresWithTheWindow(t *testing.T) {
 	srv := redisserver.StartTest(t)
 	const limit = 10
 	window := time.Minute
-	for _, lim := range limiter.Variants(limit, window, 0, window) {
+	for _, lim := range append(limiter.Variants(limit, window, 0, window), calendarLimit(t, limiter.Day, "Europe/Berlin", limit)) {
 		t.Run(lim.Name(), func(t *testing.T) {
 			s := newStore(t, newClient(t, srv.URL()), Options{Prefix: freshPrefix("charge-exp"), Timeout: testTimeout, ExplicitTime: true})
 			if _, err := s.AddUsage(context.Background(), "k", lim, limit, at(0)); err != nil {
@@ -72,7 +73,7 @@ func TestAddUsageExpiresWithTheWindow(t *testing.T) {
 			if r := mustTake(t, s, "k", lim, 1, at(1)); r.Allowed {
 				t.Fatalf("take right after charging the whole limit admitted: %+v", r)
 			}
-			later := at(2 * window.Milliseconds()) // SlidingWindowCounter forgets after two windows
+			later := at(2 * lim.Window.Milliseconds()) // SlidingWindowCounter forgets after two windows; a day's quota after a day
 			admitted := 0
 			for range limit + 1 {
 				if mustTake(t, s, "k", lim, 1, later).Allowed {
