@@ -22,9 +22,19 @@ type queued struct {
 	takes []limiter.Take
 }
 
+// instantOf is the instant of an explicit nowArg (a calendar limit's window depends on it),
+// the zero time for server time.
+func instantOf(nowArg string) time.Time {
+	ms, err := strconv.ParseInt(nowArg, 10, 64)
+	if err != nil {
+		return time.Time{}
+	}
+	return time.UnixMilli(ms)
+}
+
 // queueTake is the call Take makes for one take.
 func queueTake(ctx context.Context, s *Store, nowArg string, t limiter.Take) queued {
-	st := s.alone(t.Key, t.Limit, t.N, time.Time{}, kindEnforce, 0) // no calendar limits here
+	st := s.alone(t.Key, t.Limit, t.N, instantOf(nowArg), kindEnforce, 0)
 	return queued{&call{ctx: ctx, nowArg: nowArg, keys: s.Keys(t.Key, t.Limit), takes: st, done: make(chan struct{})}, []limiter.Take{t}}
 }
 
@@ -39,20 +49,22 @@ func queueRequest(ctx context.Context, s *Store, nowArg string, takes []limiter.
 			k = len(keys)
 			keys = append(keys, rk)
 		}
-		st = append(st, takeOf(k, &takes[i], time.Time{}))
+		st = append(st, takeOf(k, &takes[i], instantOf(nowArg)))
 	}
 	st[len(st)-1].flags |= flagEnd
 	return queued{&call{ctx: ctx, nowArg: nowArg, keys: keys, takes: st, done: make(chan struct{})}, takes}
 }
 
 // TestCoalescedBatchesEqualMemoryStore sends batches of 1 to 64 calls (Takes on one hot key and
-// a few others, costs up to and beyond capacity, and two-rule requests) to the batcher as one
+// a few others, costs up to and beyond capacity, and two-rule requests; every algorithm and a
+// calendar day) to the batcher as one
 // batch: each batch must become one script call, and every decision must equal what
 // limiter.MemoryStore decides for the same sequence at the same instant.
 func TestCoalescedBatchesEqualMemoryStore(t *testing.T) {
 	srv := redisserver.StartTest(t)
 	client := newClient(t, srv.URL())
-	for vi, base := range limiter.Variants(10, time.Second, 15, 500*time.Millisecond) {
+	variants := append(limiter.Variants(10, time.Second, 15, 500*time.Millisecond), calendarLimit(t, limiter.Day, "Europe/Berlin", 10))
+	for vi, base := range variants {
 		t.Run(base.Name(), func(t *testing.T) {
 			s := newStore(t, client, explicitTime("coalesce"))
 			checkCoalescedBatches(t, batchTarget{
