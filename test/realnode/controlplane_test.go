@@ -267,16 +267,12 @@ func controlPlaneDown(ctx context.Context, pods []corev1.Pod, podIPs []string) {
 		Expect(k8s.Get(ctx, client.ObjectKeyFromObject(&pods[i]), &pods[i])).To(Succeed())
 	}
 	Eventually(func(g Gomega) {
-		var cm corev1.ConfigMap
-		g.Expect(k8s.Get(ctx, types.NamespacedName{Namespace: ns, Name: policy.ConfigMapName}, &cm)).To(Succeed())
-		doc, err := policy.Parse([]byte(cm.Data[policy.DataKey]))
-		g.Expect(err).NotTo(HaveOccurred())
-		g.Expect(doc.Policies).To(HaveLen(1))
+		doc, rendered := renderedPolicy(ctx, g)
 		g.Expect(doc.Policies[0].Pods).To(ConsistOf(pods[0].Name, pods[1].Name))
 		for i := range pods {
 			b, err := os.ReadFile(volumeFile(&pods[i], "kubernetes.io~configmap", inject.PoliciesVolume, policy.DataKey))
 			g.Expect(err).NotTo(HaveOccurred())
-			g.Expect(string(b)).To(Equal(cm.Data[policy.DataKey]), "pod %d's volume", i)
+			g.Expect(string(b)).To(Equal(rendered), "pod %d's volume", i)
 		}
 	}, 150*time.Second).Should(Succeed())
 	for i := range podIPs {

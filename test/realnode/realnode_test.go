@@ -145,6 +145,17 @@ func node(args ...string) {
 	Expect(err).NotTo(HaveOccurred(), "node.sh %s: %s", strings.Join(args, " "), out)
 }
 
+// renderedPolicy is the namespace's rendered ConfigMap as g reads it now, parsed and as text;
+// g fails unless it parses and holds the one policy.
+func renderedPolicy(ctx context.Context, g Gomega) (*policy.Document, string) {
+	var cm corev1.ConfigMap
+	g.Expect(k8s.Get(ctx, types.NamespacedName{Namespace: ns, Name: policy.ConfigMapName}, &cm)).To(Succeed())
+	doc, err := policy.Parse([]byte(cm.Data[policy.DataKey]))
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(doc.Policies).To(HaveLen(1))
+	return doc, cm.Data[policy.DataKey]
+}
+
 // volumeFile is a file of a pod's volume as kubelet wrote it on the host.
 func volumeFile(pod *corev1.Pod, plugin, volume, file string) string {
 	return filepath.Join(kubeletDir, "pods", string(pod.UID), "volumes", plugin, volume, file)
@@ -290,13 +301,9 @@ var _ = Describe("Sluice on a real node", Ordered, func() {
 
 		var rendered string
 		Eventually(func(g Gomega) {
-			var cm corev1.ConfigMap
-			g.Expect(k8s.Get(ctx, types.NamespacedName{Namespace: ns, Name: policy.ConfigMapName}, &cm)).To(Succeed())
-			doc, err := policy.Parse([]byte(cm.Data[policy.DataKey]))
-			g.Expect(err).NotTo(HaveOccurred())
-			g.Expect(doc.Policies).To(HaveLen(1))
+			var doc *policy.Document
+			doc, rendered = renderedPolicy(ctx, g)
 			g.Expect(doc.Policies[0].Rules[0].Limit).To(Equal(int64(9)))
-			rendered = cm.Data[policy.DataKey]
 		}).WithPolling(50 * time.Millisecond).Should(Succeed())
 		inAPI := time.Since(start)
 
