@@ -143,8 +143,7 @@ func decodeReplies(vals []int64, takes []scriptTake, rp *replay) (out, rest []in
 	for i := range takes {
 		o := out[requestFields*i:]
 		if rp.left == 0 && len(vals) >= 5 && vals[0] < 0 { // a run the script left to replay
-			rp.left, rp.at, rp.s = vals[0], vals[1], [3]int64{vals[2], vals[3], vals[4]}
-			rp.left = -rp.left
+			rp.left, rp.at, rp.s = -vals[0], vals[1], [3]int64{vals[2], vals[3], vals[4]}
 			vals = vals[5:]
 		}
 		if rp.left > 0 {
