@@ -320,7 +320,9 @@ func (b *batcher) run() {
 		}
 		batch = b.gather(batch, &timer)
 		b.flow.flushed(b.loadNow())
-		b.own.flushed(b.active.Load())
+		if b.load != nil { // see own
+			b.own.flushed(b.active.Load())
+		}
 		b.send(batch)
 		b.flow.replied()
 		b.own.replied()
