@@ -18,8 +18,9 @@
 #     request, the sidecar's own CPU per request (/proc/PID/stat) and wrk's p50/p99 latency
 #     (with BASE_SIDECAR, a sidecar built at an earlier commit, side by side);
 #   - the TokenBucket take alone, pipelined as the issue measured it with redis-benchmark -P 32
-#     -c 50, against the naive script (throughput and Redis CPU per call): bench/rediscpu
-#     -piped sends both, since redis-benchmark's arguments cannot carry the request script's
+#     -c 50, against the naive script (throughput and Redis CPU per call), and each one's Redis
+#     commands alone without a decision (the floor a script's Lua adds to): bench/rediscpu
+#     -piped sends them, since redis-benchmark's arguments cannot carry the request script's
 #     binary numbers;
 #   - the same with BASE_BIN (bench/rediscpu built at an earlier commit), when set, side by side.
 # Writes $OUT/rediscpu.tsv and $OUT/rediscpu.md (ratios to the naive reference).
@@ -193,5 +194,9 @@ if piped:
     print()
     print(f"Pipelined (bench/rediscpu -piped: 50 connections, pipelines of 32), one key of 10,000 per call: naive hash token bucket {nr:,.0f}/s ({nc:.2f} µs of Redis CPU per call), "
           f"the request script's TokenBucket take {tr:,.0f}/s ({tc:.2f} µs): {tr/nr:.2f}x the naive script's rate.")
+    (_, ncc), (_, rcc) = piped["naive-commands"], piped["request-commands"]
+    print(f"Their Redis commands alone, without a decision: the naive script's call, HMGET, HSET and PEXPIRE {ncc:.2f} µs; "
+          f"the request script's call, TIME, GET and SET PX of a 12-byte state {rcc:.2f} µs, {rcc/nc:.2f}x the whole naive call: "
+          f"the floor of an exact take on Redis's clock with an expiring key, under which no Lua can bring it.")
 PY
 cat "$OUT/rediscpu.md"
