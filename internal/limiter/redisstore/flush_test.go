@@ -93,6 +93,11 @@ func TestBusyBatcherFillsBatches(t *testing.T) {
 		t.Run(fmt.Sprintf("distinct=%v", distinct), func(t *testing.T) {
 			s := newStore(t, newClient(t, srv.URL()), Options{Prefix: freshPrefix("busy"), Timeout: testTimeout})
 			b := s.batch
+			// A batch waits up to 10 ms here, not 1: under -race beside the other packages the
+			// 32 callers can take longer than 1 ms to come back, which is a slow machine, not a
+			// batcher that does not wait. (Still below the policy's idle, so that the load the
+			// batcher saw is not forgotten while a batch waits.) Set before any caller runs.
+			b.policy.linger = 10 * time.Millisecond
 			calls := scriptCalls(t, srv)
 			var wg sync.WaitGroup
 			for g := range callers {
