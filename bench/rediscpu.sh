@@ -5,7 +5,8 @@
 # Starts its own redis-server and a 3-master Redis Cluster on free loopback ports, then:
 #   - references on the single server, from redis-benchmark -c 32: EVALSHA of a naive float token
 #     bucket on a hash (HMGET/HSET/PEXPIRE, one key per call out of 10,000) and of 'return 1';
-#     Redis CPU (INFO cpu used_cpu_sys + used_cpu_user) per call;
+#     Redis CPU (INFO cpu used_cpu_sys + used_cpu_user) per call; the naive one again before each
+#     round of the sidecar rows, which are ratios to their round's;
 #   - bench/rediscpu (the store, TokenBucket never denying): one hot key and 10,000 distinct keys
 #     at 1, 8 and 50 callers, on the single server and on the cluster (CPU summed over masters);
 #     Redis CPU per decision, decisions per script call and per round trip (INFO stats
@@ -16,7 +17,8 @@
 #   - the sidecar (unless SIDECAR=0): wrk -c32 through a sidecar deciding a never-denying
 #     TokenBucket keyed by a header, one hot key and 10,000 distinct keys, Redis CPU per
 #     request, the sidecar's own CPU per request (/proc/PID/stat) and wrk's p50/p99 latency
-#     (with BASE_SIDECAR, a sidecar built at an earlier commit, side by side);
+#     (with BASE_SIDECAR, a sidecar built at an earlier commit, side by side), ROUNDS rounds of
+#     them in turn and each row's median round;
 #   - the TokenBucket take alone, pipelined as the issue measured it with redis-benchmark -P 32
 #     -c 50, against the naive script (throughput and Redis CPU per call), and each one's Redis
 #     commands alone without a decision (the floor a script's Lua adds to): bench/rediscpu
@@ -26,7 +28,7 @@
 # Writes $OUT/rediscpu.tsv and $OUT/rediscpu.md (ratios to the naive reference).
 #
 # Usage: bench/rediscpu.sh  (OUT=bench/out DURATION=2s CALLERS=1,8,50 BASE_BIN= N=200000
-#                            TAKES=1,14,32 SIDECAR=1 BASE_SIDECAR=)
+#                            TAKES=1,14,32 SIDECAR=1 BASE_SIDECAR= ROUNDS=3)
 set -euo pipefail
 
 OUT=${OUT:-bench/out}
@@ -36,6 +38,7 @@ BASE_BIN=${BASE_BIN:-}
 N=${N:-200000}
 TAKES=${TAKES:-1,14,32}
 SIDECAR=${SIDECAR:-1}
+ROUNDS=${ROUNDS:-3}
 BASE_SIDECAR=${BASE_SIDECAR:-}
 
 cd "$(dirname "$0")/.."
@@ -122,6 +125,11 @@ if [ "$SIDECAR" = 1 ]; then
  "response":{"statusCode":429,"headers":"Both"},
  "rules":[{"name":"per-key","key":[{"source":"header","name":"X-Key"}],"algorithm":"TokenBucket","limit":100000000,"windowMs":1000,"burst":100000000,"cost":1,"mode":"Enforce"}]}]}
 EOF
+  # Every sidecar runs at once (idle while another is measured), and ROUNDS rounds measure them
+  # in turn, each round after its own naive reference (rows sidecar-VER@ROUND): these rows
+  # move by about a quarter between runs on a shared machine, so the report also gives each
+  # one's median ratio to its round's reference.
+  SVERS=(); SPORTS=(); SPIDS=()
   for sc in "$WORK/sluice-sidecar" ${BASE_SIDECAR:+"$BASE_SIDECAR"}; do
     ver=new; [ "$sc" = "$WORK/sluice-sidecar" ] || ver=base
     SP=$(freeport); SM=$(freeport)
@@ -130,28 +138,37 @@ EOF
     SPID=$!; PIDS+=($SPID)
     waitport "$SP"
     for _ in $(seq 100); do curl -sf "http://127.0.0.1:$SM/readyz" > /dev/null && break; sleep 0.05; done
-    for keys in 1 10000; do
-      cat > "$WORK/keys.lua" <<EOF
+    SVERS+=("$ver"); SPORTS+=("$SP"); SPIDS+=("$SPID")
+  done
+  for round in $(seq "$ROUNDS"); do
+    # The reference again, right before the round's rows: Redis's cost per call drifts
+    # with the machine as much as the rows do.
+    ref "naive-hash-tb@$round" EVALSHA "$NSHA" 1 "naive:__rand_int__" 0.001 100 1000
+    for i in "${!SVERS[@]}"; do
+      ver=${SVERS[$i]}; SP=${SPORTS[$i]}; SPID=${SPIDS[$i]}
+      for keys in 1 10000; do
+        cat > "$WORK/keys.lua" <<EOF
 local n = 0
 request = function()
   n = n + 1
   return wrk.format(nil, nil, {["X-Key"] = "k" .. (n % $keys)})
 end
 EOF
-      wrk -t2 -c32 -d1s -s "$WORK/keys.lua" "http://127.0.0.1:$SP/" > /dev/null # warm: connections, keys
-      read -r c0 n0 r0 < <(stat "$P")
-      s0=$(proccpu "$SPID")
-      out=$(wrk -t2 -c32 -d"$DURATION" --latency -s "$WORK/keys.lua" "http://127.0.0.1:$SP/")
-      s1=$(proccpu "$SPID")
-      read -r c1 n1 r1 < <(stat "$P")
-      reqs=$(awk '/requests in/ {print $1}' <<< "$out")
-      bad=$(awk '/Non-2xx/ {print $NF}' <<< "$out")
-      p50=$(awk '$1 == "50%" {print $2}' <<< "$out"); p99=$(awk '$1 == "99%" {print $2}' <<< "$out")
-      python3 -c "d=$reqs; print(f'rediscpu\tsidecar-$ver\t$keys\t32\t{d}\t{($c1-$c0)*1e6/d:.2f}\t{d/max(1,$n1-$n0):.2f}\t${bad:-0}\t{d/max(1,$r1-$r0):.2f}')" >> "$TSV"
-      python3 -c "d=$reqs; print(f'sidecar\tsidecar-$ver\t$keys\t{d}\t{($s1-$s0)*1e6/d:.2f}\t$p50\t$p99')" >> "$TSV"
+        wrk -t2 -c32 -d1s -s "$WORK/keys.lua" "http://127.0.0.1:$SP/" > /dev/null # warm: connections, keys
+        read -r c0 n0 r0 < <(stat "$P")
+        s0=$(proccpu "$SPID")
+        out=$(wrk -t2 -c32 -d"$DURATION" --latency -s "$WORK/keys.lua" "http://127.0.0.1:$SP/")
+        s1=$(proccpu "$SPID")
+        read -r c1 n1 r1 < <(stat "$P")
+        reqs=$(awk '/requests in/ {print $1}' <<< "$out")
+        bad=$(awk '/Non-2xx/ {print $NF}' <<< "$out")
+        p50=$(awk '$1 == "50%" {print $2}' <<< "$out"); p99=$(awk '$1 == "99%" {print $2}' <<< "$out")
+        python3 -c "d=$reqs; print(f'rediscpu\tsidecar-$ver@$round\t$keys\t32\t{d}\t{($c1-$c0)*1e6/d:.2f}\t{d/max(1,$n1-$n0):.2f}\t${bad:-0}\t{d/max(1,$r1-$r0):.2f}')" >> "$TSV"
+        python3 -c "d=$reqs; print(f'sidecar\tsidecar-$ver@$round\t$keys\t{d}\t{($s1-$s0)*1e6/d:.2f}\t$p50\t$p99')" >> "$TSV"
+      done
     done
-    kill "$SPID"; wait "$SPID" 2>/dev/null || true
   done
+  for SPID in "${SPIDS[@]}"; do kill "$SPID"; wait "$SPID" 2>/dev/null || true; done
 fi
 
 python3 - "$TSV" "$(cut -d' ' -f1-3 /proc/loadavg)" "$(nproc)" > "$OUT/rediscpu.md" <<'PY'
@@ -159,6 +176,8 @@ import sys
 rows = [l.rstrip("\n").split("\t") for l in open(sys.argv[1]) if l.strip()]
 ref = {r[1]: float(r[5]) for r in rows if r[0] == "reference"}
 naive = ref["naive-hash-tb"]
+# A row of round R (topology@R) is a ratio to that round's reference.
+base = lambda topo: ref["naive-hash-tb@" + topo.split("@")[1]] if "@" in topo else naive
 print(f"Redis CPU per decision, load average {sys.argv[2]} on {sys.argv[3]} CPUs (shared machine: noisy).")
 print(f"Reference: naive hash token bucket EVALSHA from redis-benchmark -c 32 = {naive:.2f} µs of Redis CPU per call (1.00x); "
       f"EVALSHA 'return 1' = {ref['evalsha-return1']:.2f} µs ({ref['evalsha-return1']/naive:.2f}x).")
@@ -169,7 +188,7 @@ for r in rows:
     if r[0] != "rediscpu":
         continue
     _, topo, keys, callers, n, us, per, fails, reads = r
-    print(f"| {topo} | {keys} | {callers} | {n} | {float(us):.2f} | {float(us)/naive:.2f} | {float(per):.1f} | {float(reads):.1f} | {fails} |")
+    print(f"| {topo} | {keys} | {callers} | {n} | {float(us):.2f} | {float(us)/base(topo):.2f} | {float(per):.1f} | {float(reads):.1f} | {fails} |")
 script = [r for r in rows if r[0] == "script"]
 if script:
     print()
@@ -179,6 +198,16 @@ if script:
     print("|---|---:|---:|---:|---:|---:|---:|---:|---:|")
     for _, topo, keys, g, n, us, call, fails in script:
         print(f"| {topo} | {keys} | {g} | {n} | {float(us):.2f} | {float(us)/naive:.2f} | {float(call):.2f} | {float(call)/int(g):.2f} | {fails} |")
+sidecar = {}
+for r in rows:
+    if r[0] == "rediscpu" and r[1].startswith("sidecar-"):
+        sidecar.setdefault((r[1].split("@")[0], r[2]), []).append(float(r[5]) / base(r[1]))
+if sidecar:
+    med = lambda v: sorted(v)[len(v) // 2]
+    print()
+    print("Through the sidecar, each row's median ratio to its round's naive reference: " + "; ".join(
+        f"{topo} {'one key' if keys == '1' else keys + ' keys'} {med(v):.2f}x ({', '.join(f'{x:.2f}' for x in v)})"
+        for (topo, keys), v in sidecar.items()) + ".")
 side = [r for r in rows if r[0] == "sidecar"]
 if side:
     print()
