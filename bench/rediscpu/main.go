@@ -21,8 +21,8 @@
 // 10,000 per call) and of the request script (-request-lua, its source) deciding one Take of
 // a never-denying TokenBucket, one key of 10,000 per call, each call's ARGV built here as
 // request.go's scriptCall builds it; then each one's Redis commands alone, without a decision
-// (naive-commands, request-commands); three rounds of them in turn, each script's median round
-// of calls per second and Redis CPU per call:
+// (naive-commands, request-commands); three rounds of them in turn, and for each script the
+// median of its rounds' calls per second and the median of their Redis CPU per call:
 //
 //	piped <script> <calls per second> <cpu µs per call>
 //
@@ -219,8 +219,8 @@ func pipedMode(ctx context.Context, client redis.UniversalClient, requestLua str
 			log.Fatalf("%s rejects the benchmark's arguments: %v", sc.name, err)
 		}
 	}
-	// Three rounds, the scripts in turn within each, and each script's median round: this
-	// machine's speed drifts within a minute.
+	// Three rounds, the scripts in turn within each, and each script's medians: this machine's
+	// speed drifts within a minute.
 	const rounds, conns, depth = 3, 50, 32
 	rate, cpu := make([][]float64, len(scripts)), make([][]float64, len(scripts))
 	for range rounds {
