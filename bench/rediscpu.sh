@@ -18,7 +18,8 @@
 #     TokenBucket keyed by a header, one hot key and 10,000 distinct keys, Redis CPU per
 #     request, the sidecar's own CPU per request (/proc/PID/stat) and wrk's p50/p99 latency
 #     (with BASE_SIDECAR, a sidecar built at an earlier commit, side by side), ROUNDS rounds of
-#     them in turn and each row's median round;
+#     them in turn (the versions' order reversed every other round) and each row's median
+#     round, and with a base the median of the rounds' new ÷ base;
 #   - the TokenBucket take alone, pipelined as the issue measured it with redis-benchmark -P 32
 #     -c 50, against the naive script (throughput and Redis CPU per call), and each one's Redis
 #     commands alone without a decision (the floor a script's Lua adds to): bench/rediscpu
@@ -28,7 +29,7 @@
 # Writes $OUT/rediscpu.tsv and $OUT/rediscpu.md (ratios to the naive reference).
 #
 # Usage: bench/rediscpu.sh  (OUT=bench/out DURATION=2s CALLERS=1,8,50 BASE_BIN= N=200000
-#                            TAKES=1,14,32 SIDECAR=1 BASE_SIDECAR= ROUNDS=3)
+#                            TAKES=1,14,32 SIDECAR=1 BASE_SIDECAR= ROUNDS=5)
 set -euo pipefail
 
 OUT=${OUT:-bench/out}
@@ -38,7 +39,7 @@ BASE_BIN=${BASE_BIN:-}
 N=${N:-200000}
 TAKES=${TAKES:-1,14,32}
 SIDECAR=${SIDECAR:-1}
-ROUNDS=${ROUNDS:-3}
+ROUNDS=${ROUNDS:-5}
 BASE_SIDECAR=${BASE_SIDECAR:-}
 
 cd "$(dirname "$0")/.."
@@ -144,7 +145,11 @@ EOF
     # The reference again, right before the round's rows: Redis's cost per call drifts
     # with the machine as much as the rows do.
     ref "naive-hash-tb@$round" EVALSHA "$NSHA" 1 "naive:__rand_int__" 0.001 100 1000
-    for i in "${!SVERS[@]}"; do
+    # The versions in turn, in reverse every other round: the machine's speed drifts within
+    # a round, and whoever went first would always meet the same part of it.
+    order=("${!SVERS[@]}")
+    if [ $((round % 2)) = 0 ]; then order=($(printf '%s\n' "${order[@]}" | tac)); fi
+    for i in "${order[@]}"; do
       ver=${SVERS[$i]}; SP=${SPORTS[$i]}; SPID=${SPIDS[$i]}
       for keys in 1 10000; do
         cat > "$WORK/keys.lua" <<EOF
@@ -208,6 +213,14 @@ if sidecar:
     print("Through the sidecar, each row's median ratio to its round's naive reference: " + "; ".join(
         f"{topo} {'one key' if keys == '1' else keys + ' keys'} {med(v):.2f}x ({', '.join(f'{x:.2f}' for x in v)})"
         for (topo, keys), v in sidecar.items()) + ".")
+    # Within a round the two versions ran a few seconds apart: new ÷ base per round is steadier
+    # than either row's ratio to the reference.
+    paired = [(keys, [n / b for n, b in zip(sidecar[("sidecar-new", keys)], sidecar[("sidecar-base", keys)])])
+              for keys in ("1", "10000") if ("sidecar-base", keys) in sidecar and ("sidecar-new", keys) in sidecar]
+    if paired:
+        print("Redis CPU per request, new ÷ base in the same round: " + "; ".join(
+            f"{'one key' if keys == '1' else keys + ' keys'} median {med(v):.2f} ({', '.join(f'{x:.2f}' for x in v)})"
+            for keys, v in paired) + ".")
 side = [r for r in rows if r[0] == "sidecar"]
 if side:
     print()

@@ -22,9 +22,10 @@
 // each a group decided in arrival order at one instant, exactly as MemoryStore would decide that
 // sequence (see batch.go): a hot key costs one script call per batch. One flush policy decides
 // when a batch goes (flush.go): an idle or lightly used Store sends a lone call at once on its own
-// round trip; a busy one keeps one pipeline in flight per batcher and lets the next batch wait,
-// up to 1 ms (500 µs on a cluster master), for as many calls as were in flight lately, so that N
-// callers in a closed loop (a sidecar's requests) share about N decisions per script call. A
+// round trip; a busy one keeps one pipeline in flight per batcher and lets the next batch wait
+// for as many calls as were in flight lately, up to 100 µs for each and 2 ms in all (500 µs on a
+// cluster master), so that N callers in a closed loop (a sidecar's requests) share about N
+// decisions per script call. A
 // single-node or Sentinel client has one batcher; a Redis Cluster client one per master, so a
 // hung master delays only its own keys. A master's batcher coalesces its calls across slots
 // into script calls sent to that master (Redis 7's allow-cross-slot-keys, keys passed in ARGV;

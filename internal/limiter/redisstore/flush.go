@@ -14,27 +14,38 @@ import (
 // was on the wire ("natural batching") gave about 5 decisions per script call through the
 // sidecar (wrk -c32) where 32 requests were in flight: the first few calls of each wave went
 // on their own and the rest split over two pipelines. So while a batcher is busy it keeps one
-// pipeline in flight (senders), sends no call on its own (do) and lets a batch wait, up to
-// linger, for as many calls as were in flight lately (at most fill): in a closed loop of N
-// callers the batch waits for the N that its last reply released. An idle or lightly used
-// batcher never waits and sends a lone call at once on its own round trip: what it saw lately
-// counts only while a batch was sent or answered within idle, and below busy calls in flight
-// there is little to share. So a lone call right after a busy spell may wait once, up to
-// linger, for calls that do not come; a slow Redis makes a busy batcher's batches larger, not
-// its waits longer.
+// pipeline in flight (senders), sends no call on its own (do) and lets a batch wait for as
+// many calls as were in flight lately (at most fill): in a closed loop of N callers the batch
+// waits for the N that its last reply released. It waits at most as long as they take to come
+// at one per pace, and never more than linger: the calls that pile up while a batch waits
+// count as in flight, so a longer wait keeps a batcher busy at a lower rate, and the pace sets
+// the least rate (1/pace) at which a batcher keeps waiting however long linger is. An idle or
+// lightly used batcher never waits and sends a lone call at once on its own round trip: what
+// it saw lately counts only while a batch was sent or answered within idle, and below busy
+// calls in flight there is little to share. So a lone call right after a busy spell may wait
+// once, up to its batch's wait, for calls that do not come; a slow Redis makes a busy
+// batcher's batches larger, not its waits longer.
 type flushPolicy struct {
 	senders int           // pipelines in flight at most
 	busy    int64         // calls in flight lately at or above which the batcher is busy
 	fill    int64         // the most calls a batch waits for
+	pace    time.Duration // a batch waits at most this per call it wants (0: linger alone)
 	linger  time.Duration // the longest a batch waits; far below any Options.Timeout
 	idle    time.Duration // what was in flight longer ago than this is forgotten
 }
 
 var (
-	// nodePolicy is a single node's (or Sentinel's) batcher's. A 1 ms wait filled batches
-	// through the sidecar (wrk -c32) to 31 decisions per script call where 500 µs gave 25, at
-	// the same latency (bench/results.md).
-	nodePolicy = flushPolicy{senders: senders, busy: 8, fill: maxBatch, linger: time.Millisecond, idle: 20 * time.Millisecond}
+	// nodePolicy is a single node's (or Sentinel's) batcher's. Through the sidecar (wrk -c32)
+	// the 32 requests of a wave reach the limiter over 1 to 3 ms on a loaded 2-CPU machine: a
+	// wait of at most 1 ms filled batches to 19 to 23 decisions per script call, 2 ms to 29 to
+	// 31, and Redis CPU per decision fell by a quarter at the same or a lower p50 (the machine
+	// spends less on round trips; bench/results.md, sixth round). At 100 µs per call a batch
+	// of 8 waits at most 0.8 ms. Under an open load of R calls a second the wait w grows to
+	// linger only from R = 1/pace (10,000 a second): a wait gathers R*(w + round trip) calls,
+	// which the next batch waits pace for each of; below that rate w settles at
+	// pace*R*rtt/(1 - pace*R) (0.3 ms at 5,000 a second and a 0.3 ms round trip), where a
+	// fixed 1 ms wait waited 1 ms whenever 8 calls had been in flight.
+	nodePolicy = flushPolicy{senders: senders, busy: 8, fill: maxBatch, pace: 100 * time.Microsecond, linger: 2 * time.Millisecond, idle: 20 * time.Millisecond}
 	// clusterPolicy is a cluster master's batcher's, whose load counts the calls on all the
 	// Store's masters: it waits, while 16 are in flight over the Store, for a batch of 16; on
 	// a master that carries at least three quarters of them (a hot key's), for as many as it
@@ -112,7 +123,15 @@ func (b *batcher) wants() int64 {
 	return want
 }
 
-// gather lets a busy batcher's batch wait up to its policy's linger for the calls it wants,
+// wait is the longest a batch that wants want calls waits for them: want*pace, at most linger.
+func (p flushPolicy) wait(want int64) time.Duration {
+	if p.pace <= 0 {
+		return p.linger
+	}
+	return min(p.linger, time.Duration(want)*p.pace)
+}
+
+// gather lets a busy batcher's batch wait, up to its policy's wait, for the calls it wants,
 // and returns it. *timer is the sender's, made at its first use.
 func (b *batcher) gather(batch []*call, timer **time.Timer) []*call {
 	want := b.wants()
@@ -120,10 +139,11 @@ func (b *batcher) gather(batch []*call, timer **time.Timer) []*call {
 		return batch
 	}
 	b.lingered.Add(1)
+	wait := b.policy.wait(want)
 	if *timer == nil {
-		*timer = time.NewTimer(b.policy.linger)
+		*timer = time.NewTimer(wait)
 	} else {
-		(*timer).Reset(b.policy.linger)
+		(*timer).Reset(wait)
 	}
 	defer (*timer).Stop()
 	for int64(len(batch)) < want {

@@ -81,6 +81,54 @@ func TestLoneCallerNeverWaits(t *testing.T) {
 	lone("after a busy spell")
 }
 
+// TestBusyBatchWaitsAtItsPace: a busy batcher's batch waits for the calls it wants at most its
+// policy's pace for each, however long its linger: with a linger of a minute and a pace of
+// 1 ms, a lone Take right after a busy spell of 32 callers waits (once) for the 32 it wants,
+// and gets its decision well within the Store's 5 s timeout, where a wait of linger would
+// time it out.
+func TestBusyBatchWaitsAtItsPace(t *testing.T) {
+	srv := redisserver.StartTest(t)
+	s := newStore(t, newClient(t, srv.URL()), Options{Prefix: freshPrefix("pace"), Timeout: testTimeout})
+	b := s.batch
+	b.policy.pace, b.policy.linger, b.policy.idle = time.Millisecond, time.Minute, time.Minute
+	lim := limiter.Limit{Algorithm: limiter.TokenBucket, Limit: limiter.MaxLimit, Window: time.Second}
+	mustTake(t, s, "warm", lim, 1, time.Time{})
+	for try := 0; !b.flow.busy(b.policy); try++ {
+		if try == 20 {
+			t.Fatalf("the batcher is not busy after 20 bursts of 32 callers (%d in flight lately)", b.flow.lately(b.policy))
+		}
+		start := make(chan struct{})
+		var wg sync.WaitGroup
+		for range 32 {
+			wg.Go(func() {
+				<-start
+				if _, err := s.Take(context.Background(), "hot", lim, 1, time.Time{}); err != nil {
+					t.Error(err)
+				}
+			})
+		}
+		close(start)
+		wg.Wait()
+	}
+	for b.inFlight.Load() != 0 { // see TestLoneCallerNeverWaits
+		runtime.Gosched()
+	}
+	want := b.wants()
+	if want < b.policy.busy {
+		t.Fatalf("a busy batcher wants %d calls, want at least %d", want, b.policy.busy)
+	}
+	if got := b.policy.wait(want); got != time.Duration(want)*time.Millisecond {
+		t.Errorf("a batch that wants %d calls waits up to %v, want %d ms", want, got, want)
+	}
+	lingered := b.lingered.Load()
+	if _, err := s.Take(t.Context(), "lone", lim, 1, time.Time{}); err != nil {
+		t.Fatalf("a lone Take after a busy spell: %v (its batch waited for linger, not %d x pace)", err, want)
+	}
+	if got := b.lingered.Load() - lingered; got != 1 {
+		t.Errorf("%d batches waited for the lone Take, want 1 (the batcher was busy)", got)
+	}
+}
+
 // TestBusyBatcherFillsBatches: 32 callers in a closed loop, on one hot key or on distinct
 // keys, get far more decisions per script call (INFO commandstats) than natural batching gave
 // (about 2.5 at 8 callers, 5 through the sidecar at 32 connections), and while the batcher is
@@ -93,11 +141,12 @@ func TestBusyBatcherFillsBatches(t *testing.T) {
 		t.Run(fmt.Sprintf("distinct=%v", distinct), func(t *testing.T) {
 			s := newStore(t, newClient(t, srv.URL()), Options{Prefix: freshPrefix("busy"), Timeout: testTimeout})
 			b := s.batch
-			// A batch waits up to 10 ms here, not 1: under -race beside the other packages the
-			// 32 callers can take longer than 1 ms to come back, which is a slow machine, not a
-			// batcher that does not wait. (Still below the policy's idle, so that the load the
-			// batcher saw is not forgotten while a batch waits.) Set before any caller runs.
-			b.policy.linger = 10 * time.Millisecond
+			// A batch waits up to 10 ms here, not 3.2 (32 at the policy's pace): under -race
+			// beside the other packages the 32 callers can take longer than that to come back,
+			// which is a slow machine, not a batcher that does not wait. (Still below the
+			// policy's idle, so that the load the batcher saw is not forgotten while a batch
+			// waits.) Set before any caller runs.
+			b.policy.pace, b.policy.linger = 0, 10*time.Millisecond
 			calls := scriptCalls(t, srv)
 			var wg sync.WaitGroup
 			for g := range callers {
