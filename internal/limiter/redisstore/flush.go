@@ -19,10 +19,10 @@ import (
 // waits for the N that its last reply released. It waits at most as long as they take to come
 // at one per pace, and never more than linger: the calls that pile up while a batch waits
 // count as in flight, so a longer wait keeps a batcher busy at a lower rate, and the pace sets
-// the least rate (1/pace) at which a batcher keeps waiting however long linger is. An idle or
-// lightly used batcher never waits and sends a lone call at once on its own round trip: what
-// it saw lately counts only while a batch was sent or answered within idle, and below busy
-// calls in flight there is little to share. So a lone call right after a busy spell may wait
+// the rate (1/pace) below which the waits stop growing toward linger (see nodePolicy). An
+// idle or lightly used batcher never waits and sends a lone call at once on its own round
+// trip: what it saw lately counts only while a batch was sent or answered within idle, and
+// below busy calls in flight there is little to share. So a lone call right after a busy spell may wait
 // once, up to its batch's wait, for calls that do not come; a slow Redis makes a busy
 // batcher's batches larger, not its waits longer.
 type flushPolicy struct {
@@ -37,7 +37,7 @@ type flushPolicy struct {
 var (
 	// nodePolicy is a single node's (or Sentinel's) batcher's. Through the sidecar (wrk -c32)
 	// the 32 requests of a wave reach the limiter over 1 to 3 ms on a loaded 2-CPU machine: a
-	// wait of at most 1 ms filled batches to 19 to 23 decisions per script call, 2 ms to 29 to
+	// wait of at most 1 ms filled batches to 19 to 23 decisions per script call, 2 ms to 27 to
 	// 31, and Redis CPU per decision fell by a quarter at the same or a lower p50 (the machine
 	// spends less on round trips; bench/results.md, sixth round). At 100 µs per call a batch
 	// of 8 waits at most 0.8 ms. Under an open load of R calls a second the wait w grows to
