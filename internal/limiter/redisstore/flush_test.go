@@ -51,9 +51,20 @@ func TestLoneCallerNeverWaits(t *testing.T) {
 	}
 	lone("idle store")
 
-	// A busy spell: 32 callers at once. Its last batches may carry only stragglers (under -race
-	// on a loaded machine the callers can run nearly one after another), so burst until the
-	// batcher says busy.
+	busySpell(t, s, lim)
+	// As if the policy's idle time had passed since the last batch.
+	b.flow.sent.Add(-int64(b.policy.idle) - 1)
+	lone("after a busy spell")
+}
+
+// busySpell makes s's batcher busy: bursts of 32 callers at once on one key. A burst's last
+// batches may carry only stragglers (under -race on a loaded machine the callers can run
+// nearly one after another), so it bursts until the batcher says busy. It returns once the
+// sender has given its wire token back: the callers have their replies before the sender
+// records that they came (flow.replied), which would undo what a test does to the flow next.
+func busySpell(t *testing.T, s *Store, lim limiter.Limit) {
+	t.Helper()
+	b := s.batch
 	for try := 0; !b.flow.busy(b.policy); try++ {
 		if try == 20 {
 			t.Fatalf("the batcher is not busy after 20 bursts of 32 callers (saw %d, %d in flight lately)", b.flow.peak.Load(), b.flow.recent.Load())
@@ -71,19 +82,14 @@ func TestLoneCallerNeverWaits(t *testing.T) {
 		close(start)
 		wg.Wait()
 	}
-	// The callers have their replies before the sender records that they came (flow.replied)
-	// and then gives its wire token back: wait for that, or it would undo what follows.
 	for b.inFlight.Load() != 0 {
 		runtime.Gosched()
 	}
-	// As if the policy's idle time had passed since the last batch.
-	b.flow.sent.Add(-int64(b.policy.idle) - 1)
-	lone("after a busy spell")
 }
 
 // TestBusyBatchWaitsAtItsPace: a busy batcher's batch waits for the calls it wants at most its
 // policy's pace for each, however long its linger: with a linger of a minute and a pace of
-// 1 ms, a lone Take right after a busy spell of 32 callers waits (once) for the 32 it wants,
+// 1 ms, a lone Take right after a busy spell of 32 callers waits (once) for the calls it wants,
 // and gets its decision well within the Store's 5 s timeout, where a wait of linger would
 // time it out.
 func TestBusyBatchWaitsAtItsPace(t *testing.T) {
@@ -93,26 +99,7 @@ func TestBusyBatchWaitsAtItsPace(t *testing.T) {
 	b.policy.pace, b.policy.linger, b.policy.idle = time.Millisecond, time.Minute, time.Minute
 	lim := limiter.Limit{Algorithm: limiter.TokenBucket, Limit: limiter.MaxLimit, Window: time.Second}
 	mustTake(t, s, "warm", lim, 1, time.Time{})
-	for try := 0; !b.flow.busy(b.policy); try++ {
-		if try == 20 {
-			t.Fatalf("the batcher is not busy after 20 bursts of 32 callers (%d in flight lately)", b.flow.lately(b.policy))
-		}
-		start := make(chan struct{})
-		var wg sync.WaitGroup
-		for range 32 {
-			wg.Go(func() {
-				<-start
-				if _, err := s.Take(context.Background(), "hot", lim, 1, time.Time{}); err != nil {
-					t.Error(err)
-				}
-			})
-		}
-		close(start)
-		wg.Wait()
-	}
-	for b.inFlight.Load() != 0 { // see TestLoneCallerNeverWaits
-		runtime.Gosched()
-	}
+	busySpell(t, s, lim)
 	want := b.wants()
 	if want < b.policy.busy {
 		t.Fatalf("a busy batcher wants %d calls, want at least %d", want, b.policy.busy)
