@@ -177,12 +177,12 @@ EOF
 fi
 
 python3 - "$TSV" "$(cut -d' ' -f1-3 /proc/loadavg)" "$(nproc)" > "$OUT/rediscpu.md" <<'PY'
-import sys
+import statistics, sys
 rows = [l.rstrip("\n").split("\t") for l in open(sys.argv[1]) if l.strip()]
 ref = {r[1]: float(r[5]) for r in rows if r[0] == "reference"}
 naive = ref["naive-hash-tb"]
 # A row of round R (topology@R) is a ratio to that round's reference.
-base = lambda topo: ref["naive-hash-tb@" + topo.split("@")[1]] if "@" in topo else naive
+reference = lambda topo: ref["naive-hash-tb@" + topo.split("@")[1]] if "@" in topo else naive
 print(f"Redis CPU per decision, load average {sys.argv[2]} on {sys.argv[3]} CPUs (shared machine: noisy).")
 print(f"Reference: naive hash token bucket EVALSHA from redis-benchmark -c 32 = {naive:.2f} µs of Redis CPU per call (1.00x); "
       f"EVALSHA 'return 1' = {ref['evalsha-return1']:.2f} µs ({ref['evalsha-return1']/naive:.2f}x).")
@@ -193,7 +193,7 @@ for r in rows:
     if r[0] != "rediscpu":
         continue
     _, topo, keys, callers, n, us, per, fails, reads = r
-    print(f"| {topo} | {keys} | {callers} | {n} | {float(us):.2f} | {float(us)/base(topo):.2f} | {float(per):.1f} | {float(reads):.1f} | {fails} |")
+    print(f"| {topo} | {keys} | {callers} | {n} | {float(us):.2f} | {float(us)/reference(topo):.2f} | {float(per):.1f} | {float(reads):.1f} | {fails} |")
 script = [r for r in rows if r[0] == "script"]
 if script:
     print()
@@ -206,9 +206,9 @@ if script:
 sidecar = {}
 for r in rows:
     if r[0] == "rediscpu" and r[1].startswith("sidecar-"):
-        sidecar.setdefault((r[1].split("@")[0], r[2]), []).append(float(r[5]) / base(r[1]))
+        sidecar.setdefault((r[1].split("@")[0], r[2]), []).append(float(r[5]) / reference(r[1]))
 if sidecar:
-    med = lambda v: sorted(v)[len(v) // 2]
+    med = statistics.median # of an even number of rounds, the mean of the middle two
     print()
     print("Through the sidecar, each row's median ratio to its round's naive reference: " + "; ".join(
         f"{topo} {'one key' if keys == '1' else keys + ' keys'} {med(v):.2f}x ({', '.join(f'{x:.2f}' for x in v)})"

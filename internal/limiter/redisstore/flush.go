@@ -38,7 +38,7 @@ var (
 	// nodePolicy is a single node's (or Sentinel's) batcher's. Through the sidecar (wrk -c32)
 	// the 32 requests of a wave reach the limiter over 1 to 3 ms on a loaded 2-CPU machine: a
 	// wait of at most 1 ms filled batches to 19 to 23 decisions per script call, 2 ms to 27 to
-	// 31, and Redis CPU per decision fell by a quarter at the same or a lower p50 (the machine
+	// 31, and Redis CPU per decision fell by about 30 % at the same or a lower p50 (the machine
 	// spends less on round trips; bench/results.md, sixth round). At 100 µs per call a batch
 	// of 8 waits at most 0.8 ms. Under an open load of R calls a second the wait w grows to
 	// linger only from R = 1/pace (10,000 a second): a wait gathers R*(w + round trip) calls,
