@@ -67,9 +67,27 @@ prometheus: ## Install prometheus and promtool (Debian's prometheus) via apt whe
 envtest: ## Provide envtest binaries (kube-apiserver, etcd) and print their directory.
 	@hack/envtest-assets.sh
 
+# The test tiers. `make test` is what a developer runs before each commit: generated files, lint,
+# unit tests, envtest and single-process integration against a real redis-server, under -race.
+# `make test-faults` runs the tests named TestFault*: fleets of clients, Sentinel and Cluster
+# failovers, chaos through the sidecar binary and long black-box runs, without -race (the
+# fleets are large, and the race detector's cost would be the machine's, not the product's).
+# Neither asserts a wall-clock time; each waits for the events it checks.
+FAULT_TESTS := ^TestFault
+TEST_TIMEOUT ?= 20m
+
 .PHONY: test
-test: verify fmt vet lint redis prometheus helm-lint ## Run every check and test, against a real API server (envtest) and real redis-server.
-	HELM=$(HELM) KUBEBUILDER_ASSETS="$$(hack/envtest-assets.sh)" go test -race -count=1 ./... -coverprofile cover.out
+test: verify fmt vet lint redis prometheus helm-lint ## Run the checks and every test but the fault tier, against a real API server (envtest) and real redis-server.
+	HELM=$(HELM) KUBEBUILDER_ASSETS="$$(hack/envtest-assets.sh)" go test -race -count=1 -timeout $(TEST_TIMEOUT) -skip '$(FAULT_TESTS)' ./... -coverprofile cover.out
+
+.PHONY: test-faults
+test-faults: redis ## Run the fault tier: fleets, Sentinel and Cluster failovers, chaos and long black-box runs (TestFault*).
+	go test -count=1 -timeout $(TEST_TIMEOUT) -run '$(FAULT_TESTS)' ./...
+
+.PHONY: test-under-load
+test-under-load: ## Run make test 5 times and make test-faults 3 times beside a CPU-bound load on one core, reporting each failing test (hack/under-load.sh).
+	hack/under-load.sh -n 5 test
+	hack/under-load.sh -n 3 test-faults
 
 ##@ Demo
 

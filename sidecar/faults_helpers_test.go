@@ -73,6 +73,13 @@ func startFaultLoad(base string, workers int, req func(worker, n int) (string, m
 	return l
 }
 
+// count is how many of the load's requests have been answered (or failed) so far.
+func (l *faultLoad) count() int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return len(l.samples)
+}
+
 // now is the instant as an offset from the load's start, for phase boundaries.
 func (l *faultLoad) now() time.Duration { return time.Since(l.start) }
 

@@ -13,6 +13,7 @@ import (
 
 	"github.com/sluice-dev/sluice/internal/inject"
 	"github.com/sluice-dev/sluice/internal/policy"
+	"github.com/sluice-dev/sluice/internal/testutil/proc"
 	"github.com/sluice-dev/sluice/internal/testutil/redisserver"
 	st "github.com/sluice-dev/sluice/sidecar/internal/sidecartest"
 )
@@ -49,9 +50,9 @@ func TestFleetSharesHoldTheLimit(t *testing.T) {
 	var fleet []sidecar
 	for _, pod := range append(pods, "web-new") {
 		listen, metricsAddr := freeAddr(t), freeAddr(t)
-		cmd := exec.Command(bin, "--listen", listen, "--metrics-listen", metricsAddr, "--upstream", up.URL,
+		cmd := proc.Own(exec.Command(bin, "--listen", listen, "--metrics-listen", metricsAddr, "--upstream", up.URL,
 			"--config", vol.Path(policy.DataKey), "--pod-labels-file", "",
-			"--redis-url", redis.URL(), "--redis-timeout", "20ms", "--breaker-threshold", "1")
+			"--redis-url", redis.URL(), "--redis-timeout", "20ms", "--breaker-threshold", "1"))
 		cmd.Env = append(cmd.Environ(), inject.EnvName(inject.FlagPodName)+"="+pod)
 		if err := cmd.Start(); err != nil {
 			t.Fatal(err)
@@ -60,7 +61,7 @@ func TestFleetSharesHoldTheLimit(t *testing.T) {
 		fleet = append(fleet, sidecar{pod, "http://" + listen, metricsAddr})
 	}
 	for _, s := range fleet {
-		st.Eventually(t, 10*time.Second, func() error {
+		st.Eventually(t, func() error {
 			resp, err := http.Get("http://" + s.metrics + "/readyz")
 			if err != nil {
 				return err

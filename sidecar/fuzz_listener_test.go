@@ -6,6 +6,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/sluice-dev/sluice/internal/testutil/proc"
 )
 
 // FuzzListener drives raw bytes at the sidecar's listener and checks that the application,
@@ -86,7 +88,7 @@ func TestRawUpstreamFlagsAmbiguousFraming(t *testing.T) {
 			c := dialRaw(t, up.ln.Addr().String())
 			c.send(t, tc.req)
 			_ = c.Conn.(*net.TCPConn).CloseWrite()
-			if _, err := c.closedByPeer(5 * time.Second); err != nil {
+			if _, err := c.closedByPeer(proc.Patience); err != nil {
 				t.Fatal(err)
 			}
 			if got := len(up.Problems()) > 0; got != tc.problem {

@@ -10,13 +10,14 @@ import (
 	"io"
 	"net"
 	"testing"
-	"time"
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
+
+	"github.com/sluice-dev/sluice/internal/testutil/proc"
 )
 
 // rawCodec passes messages as bytes, so that the test needs no generated protobuf code.
@@ -94,7 +95,7 @@ func TestGRPCThroughSidecar(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer conn.Close()
-	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
+	ctx, cancel := context.WithTimeout(t.Context(), proc.Patience)
 	defer cancel()
 
 	t.Run("unary", func(t *testing.T) {

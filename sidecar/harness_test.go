@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/sluice-dev/sluice/internal/policy"
+	"github.com/sluice-dev/sluice/internal/testutil/proc"
 	"github.com/sluice-dev/sluice/internal/testutil/redisserver"
 	st "github.com/sluice-dev/sluice/sidecar/internal/sidecartest"
 )
@@ -105,7 +106,7 @@ func launchSidecar(t testing.TB, upstream, cfg string, extra ...string) *sidecar
 		"--pod-labels-file", "",
 		"--pod-labels", "app=behaviour",
 	}, extra...)
-	s.cmd = exec.Command(bin, args...)
+	s.cmd = proc.Own(exec.Command(bin, args...))
 	s.cmd.Stdout, s.cmd.Stderr = s.logs, s.logs
 	if err := s.cmd.Start(); err != nil {
 		t.Fatal(err)
@@ -119,7 +120,7 @@ func launchSidecar(t testing.TB, upstream, cfg string, extra ...string) *sidecar
 			t.Logf("sidecar %s log:\n%s", strings.Join(args, " "), s.Logs())
 		}
 	})
-	deadline := time.Now().Add(15 * time.Second)
+	deadline := time.Now().Add(proc.Patience)
 	for {
 		select {
 		case err := <-exited:
@@ -136,7 +137,7 @@ func launchSidecar(t testing.TB, upstream, cfg string, extra ...string) *sidecar
 			}
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("sidecar not ready after 15s (last: %v)\n%s", err, s.Logs())
+			t.Fatalf("sidecar not ready after %s (last: %v)\n%s", proc.Patience, err, s.Logs())
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
@@ -218,7 +219,7 @@ func dialRaw(t testing.TB, addr string) *rawConn {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = c.Close() })
-	_ = c.SetDeadline(time.Now().Add(30 * time.Second))
+	_ = c.SetDeadline(time.Now().Add(proc.Patience))
 	return &rawConn{Conn: c, br: bufio.NewReaderSize(c, 64<<10)}
 }
 
@@ -416,15 +417,15 @@ func (u *rawUpstream) serve(c net.Conn) {
 	}
 }
 
-// waitClosed waits for ch to be closed, failing t after 10 s: a step of a causality chain
-// that never happened.
+// waitClosed waits for ch to be closed, failing t after proc.Patience: a step of a causality
+// chain that never happened.
 func waitClosed(t testing.TB, ch <-chan struct{}, what string) bool {
 	t.Helper()
 	select {
 	case <-ch:
 		return true
-	case <-time.After(10 * time.Second):
-		t.Errorf("%s did not happen within 10s", what)
+	case <-time.After(proc.Patience):
+		t.Errorf("%s did not happen within %s", what, proc.Patience)
 		return false
 	}
 }

@@ -18,6 +18,7 @@ import (
 	"github.com/sluice-dev/sluice/internal/inject"
 	"github.com/sluice-dev/sluice/internal/limiter/redisstore"
 	"github.com/sluice-dev/sluice/internal/policy"
+	"github.com/sluice-dev/sluice/internal/testutil/proc"
 	"github.com/sluice-dev/sluice/internal/testutil/redisserver"
 	st "github.com/sluice-dev/sluice/sidecar/internal/sidecartest"
 )
@@ -58,13 +59,13 @@ func TestBinary(t *testing.T) {
 	podinfo.Write(t, map[string][]byte{"labels": []byte("app=\"checkout\"\npod-template-hash=\"abc\"\n")})
 
 	listen, metricsAddr := freeAddr(t), freeAddr(t)
-	cmd := exec.Command(bin,
+	cmd := proc.Own(exec.Command(bin,
 		"--listen", listen,
 		"--upstream", up.URL,
 		"--config", vol.Path("policies.json"),
 		"--pod-labels-file", podinfo.Path("labels"),
 		"--redis-timeout", "50ms",
-	)
+	))
 	cmd.Env = append(os.Environ(), "SLUICE_REDIS_URL="+redis.URL(), "SLUICE_METRICS_LISTEN="+metricsAddr, inject.EnvRedisPassword+"=s3cret")
 	logs, _ := cmd.StderrPipe()
 	if err := cmd.Start(); err != nil {
@@ -84,7 +85,7 @@ func TestBinary(t *testing.T) {
 	t.Cleanup(func() { _ = cmd.Process.Kill() })
 
 	base := "http://" + listen
-	st.Eventually(t, 30*time.Second, func() error { // the race-built binary starts slowly beside other packages
+	st.Eventually(t, func() error { // the race-built binary starts slowly beside other packages
 		resp, err := http.Get("http://" + metricsAddr + "/readyz")
 		if err != nil {
 			return err
@@ -149,7 +150,7 @@ func TestBinary(t *testing.T) {
 	vol.Write(t, map[string][]byte{"policies.json": st.Doc(t, st.Policy("api", []policy.Rule{st.Rule("per-client-v2", 1000, time.Hour)}, func(p *policy.Policy) {
 		p.Selector.MatchLabels = map[string]string{"app": "checkout"}
 	}))})
-	st.Eventually(t, 5*time.Second, func() error {
+	st.Eventually(t, func() error {
 		if code, _, _ := get(http.DefaultClient, "/"); code != 200 {
 			return fmt.Errorf("still limited after the reload: %d", code)
 		}
@@ -168,7 +169,7 @@ func TestBinary(t *testing.T) {
 
 	// The pod's labels change: the policy no longer selects it.
 	podinfo.Write(t, map[string][]byte{"labels": []byte("app=\"cart\"\n")})
-	st.Eventually(t, 5*time.Second, func() error {
+	st.Eventually(t, func() error {
 		if _, _, h := get(http.DefaultClient, "/"); h.Get("RateLimit") != "" {
 			return fmt.Errorf("still limited by a policy that no longer selects the pod")
 		}
@@ -200,14 +201,14 @@ func TestBinary(t *testing.T) {
 	}()
 	select {
 	case <-slowArrived:
-	case <-time.After(5 * time.Second):
+	case <-time.After(proc.Patience):
 		t.Fatal("the slow request never reached the upstream")
 	}
 	if err := cmd.Process.Signal(syscall.SIGTERM); err != nil {
 		t.Fatal(err)
 	}
 	// Draining: not ready any more, the in-flight request still open.
-	st.Eventually(t, 5*time.Second, func() error {
+	st.Eventually(t, func() error {
 		resp, err := http.Get("http://" + metricsAddr + "/readyz")
 		if err != nil {
 			return nil // the admin listener may already be closed
@@ -227,7 +228,7 @@ func TestBinary(t *testing.T) {
 		if err != nil {
 			t.Errorf("exit: %v\n%s", err, logText.String())
 		}
-	case <-time.After(10 * time.Second):
+	case <-time.After(proc.Patience):
 		t.Fatal("did not exit after SIGTERM")
 	}
 	for _, want := range []string{`"msg":"Loaded policies"`, `"msg":"Drained; exiting"`, `"generation":3`} {

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/sluice-dev/sluice/internal/policy"
+	"github.com/sluice-dev/sluice/internal/testutil/proc"
 	"github.com/sluice-dev/sluice/internal/testutil/redisserver"
 	st "github.com/sluice-dev/sluice/sidecar/internal/sidecartest"
 )
@@ -121,7 +122,7 @@ func startSidecarDoc(t *testing.T, upstream string, doc []byte, labels, redisURL
 		"--listen", s.Addr, "--metrics-listen", s.Admin, "--upstream", upstream, "--config", cfg,
 		"--pod-labels-file", "", "--pod-labels", labels, "--redis-url", redisURL,
 	}, extra...)
-	s.cmd = exec.Command(bin, args...)
+	s.cmd = proc.Own(exec.Command(bin, args...))
 	s.cmd.Stdout, s.cmd.Stderr = s.logs, s.logs
 	if err := s.cmd.Start(); err != nil {
 		t.Fatal(err)
@@ -133,7 +134,7 @@ func startSidecarDoc(t *testing.T, upstream string, doc []byte, labels, redisURL
 			t.Logf("sidecar log:\n%s", s.Logs())
 		}
 	})
-	st.Eventually(t, 15*time.Second, func() error {
+	st.Eventually(t, func() error {
 		resp, err := http.Get("http://" + s.Admin + "/readyz")
 		if err != nil {
 			return err

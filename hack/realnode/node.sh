@@ -36,10 +36,12 @@ POD_CIDR=198.18.1.0/24
 SERVICE_CIDR=198.19.0.0/24
 KUBE_SERVICE_IP=198.19.0.1
 NODE=sluice-realnode
-REDIS_PORT=16379
+# The sidecars' redis-server listens on the bridge address at a port chosen free when the node
+# comes up (free_port), kept in $D/redis-port for the later calls of this script.
+REDIS_PORT=$(cat "$D/redis-port" 2>/dev/null || echo 0)
 APISERVER=https://$HOST_IP:6443
-# Ports the node binds; each must be free.
-PORTS=(2379 2380 6443 10248 10250 10257 10259 "$REDIS_PORT")
+# Ports the node binds; each must be free (the node's components have fixed ones).
+PORTS=(2379 2380 6443 10248 10250 10257 10259)
 # Host settings kubelet or the node changes, restored by `down`.
 SYSCTLS=(vm.overcommit_memory vm.panic_on_oom kernel.panic kernel.panic_on_oops
   kernel.keys.root_maxkeys kernel.keys.root_maxbytes net.ipv4.ip_forward)
@@ -495,8 +497,21 @@ node_ready() {
   [ "$(kubectl get node "$NODE" -o jsonpath='{.status.conditions[?(@.type=="Ready")].status}')" = True ]
 }
 
+# free_port prints a TCP port from 16379 up that nothing on this machine listens on.
+free_port() {
+  local p
+  for p in $(seq 16379 16979); do
+    ss -Hltn "sport = :$p" 2>/dev/null | grep -q . || { echo "$p"; return 0; }
+  done
+  die "no free TCP port in 16379-16979 for the node's redis-server"
+}
+
 redis_start() {
   if running redis; then return 0; fi
+  if [ "$REDIS_PORT" = 0 ]; then
+    REDIS_PORT=$(free_port)
+    echo "$REDIS_PORT" >"$D/redis-port"
+  fi
   mkdir -p "$D/redis"
   start redis redis-server --bind "$HOST_IP" --port "$REDIS_PORT" --protected-mode no \
     --save '' --appendonly no --dir "$D/redis" --daemonize no
@@ -505,7 +520,8 @@ redis_start() {
 
 sluice_up() {
   say "installing Sluice: kubectl kustomize config/local-node | kubectl apply"
-  "$bin/kubectl" kustomize "$root/config/local-node" >"$D/sluice.yaml"
+  # config/local-node names the node's Redis at the bridge address; its port is this run's.
+  "$bin/kubectl" kustomize "$root/config/local-node" | sed "s|redis://$HOST_IP:16379|redis://$HOST_IP:$REDIS_PORT|" >"$D/sluice.yaml"
   kubectl apply --server-side -f "$D/sluice.yaml" >&2
   kubectl -n sluice-system rollout status deployment/sluice-controller-manager --timeout 180s >&2
 }

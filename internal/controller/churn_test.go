@@ -58,7 +58,7 @@ var _ = Describe("Pod churn", func() {
 			_, _, ready := status(g, ctx, ns, "web")
 			g.Expect(ready.Message).To(ContainSubstring(cm.Annotations[policy.HashAnnotation][:12]))
 			hash = cm.Annotations[policy.HashAnnotation]
-		}).WithTimeout(30 * time.Second).Should(Succeed())
+		}).Should(Succeed())
 		settled := time.Since(start)
 		// A write the interval held back goes out within one interval after the burst.
 		Consistently(func(g Gomega) {

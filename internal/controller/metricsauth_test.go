@@ -87,7 +87,7 @@ var _ = Describe("The manager's metrics endpoint", func() {
 			code, body := scrape(g, prometheus)
 			g.Expect(code).To(Equal(http.StatusOK), body)
 			g.Expect(body).To(ContainSubstring("controller_runtime_"))
-		}).WithTimeout(30 * time.Second).Should(Succeed())
+		}).Should(Succeed())
 		Eventually(func(g Gomega) {
 			code, _ := scrape(g, "")
 			g.Expect(code).To(Equal(http.StatusUnauthorized))

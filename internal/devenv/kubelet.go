@@ -25,6 +25,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/sluice-dev/sluice/internal/testutil/kubeletdir"
+	"github.com/sluice-dev/sluice/internal/testutil/proc"
 )
 
 // Kubelet plays the kubelet's part for injected pods: it runs a pod's native sidecar (an init
@@ -140,7 +141,7 @@ func (k *Kubelet) Run(ctx context.Context, namespace, name, ip string) (*Running
 	rp.cmd = exec.Command(bin, argv...)
 	rp.cmd.Env = env
 	rp.cmd.Stdout, rp.cmd.Stderr = out, out
-	rp.cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	proc.Own(rp.cmd)
 	if err := rp.cmd.Start(); err != nil {
 		cancel()
 		_ = logFile.Close()

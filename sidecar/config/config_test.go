@@ -308,7 +308,7 @@ func TestRunRechecksOnItsClock(t *testing.T) {
 	t.Cleanup(func() { cancel(); <-done })
 
 	// Run loads, then starts its ticker: one waiter on the clock.
-	st.Eventually(t, 5*time.Second, func() error {
+	st.Eventually(t, func() error {
 		if n := clk.Waiters(); n != 1 || !l.Ready() {
 			return fmt.Errorf("%d waiters on the clock, ready %v; want the ticker and a first load", n, l.Ready())
 		}
@@ -322,7 +322,7 @@ func TestRunRechecksOnItsClock(t *testing.T) {
 		t.Fatal(err)
 	}
 	clk.Step(time.Minute)
-	st.Eventually(t, 5*time.Second, func() error {
+	st.Eventually(t, func() error {
 		if c := l.Current(); !c.Present || len(c.Policies) != 1 {
 			return fmt.Errorf("present %v, %d policies after the re-read", c.Present, len(c.Policies))
 		}

@@ -40,7 +40,7 @@ func TestOutageUsageIsCharged(t *testing.T) {
 			} else {
 				e.redis.Kill()
 			}
-			st.Eventually(t, 10*time.Second, func() error {
+			st.Eventually(t, func() error {
 				e.codes(1, "/", probe)
 				if s := e.brk.State(); s != breaker.Open {
 					return fmt.Errorf("breaker %s", s)
@@ -58,7 +58,7 @@ func TestOutageUsageIsCharged(t *testing.T) {
 				e.redis.Restart()
 			}
 			charged := e.m.OutageUnits.WithLabelValues("charged")
-			st.Eventually(t, 15*time.Second, func() error {
+			st.Eventually(t, func() error {
 				e.codes(1, "/", probe) // the probe closes the breaker, its success starts the flush
 				if s := e.brk.State(); s != breaker.Closed {
 					return fmt.Errorf("breaker %s", s)

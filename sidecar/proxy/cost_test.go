@@ -16,6 +16,7 @@ import (
 	clocktesting "k8s.io/utils/clock/testing"
 
 	"github.com/sluice-dev/sluice/internal/policy"
+	"github.com/sluice-dev/sluice/internal/testutil/proc"
 	st "github.com/sluice-dev/sluice/sidecar/internal/sidecartest"
 )
 
@@ -50,7 +51,7 @@ func (u *costUpstream) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		_ = fl.Flush()
 		select {
 		case <-u.gate:
-		case <-time.After(5 * time.Second):
+		case <-time.After(proc.Patience):
 			u.stalled.Store(true)
 		}
 		_, _ = io.WriteString(w, ": a comment\r\nevent: message\r\ndata: {\"usage\":{\"total_tokens\":3}}\r\n\r\n")
@@ -264,7 +265,7 @@ func TestResponseCostDuringAnOutageIsChargedToRedisAfter(t *testing.T) {
 	}
 	e.redis.Restart()
 	charged := e.m.OutageUnits.WithLabelValues("charged")
-	st.Eventually(t, 10*time.Second, func() error {
+	st.Eventually(t, func() error {
 		e.do("GET", "/cost", nil) // decided locally until the breaker lets a request try Redis
 		local := testutil.ToFloat64(e.m.ForPolicy("api").Local)
 		if got, want := testutil.ToFloat64(charged), 2*local+28; got != want {
@@ -371,9 +372,9 @@ func TestResponseCostKeepsTrailersAndHead(t *testing.T) {
 				}
 				// Over h2c the HEAD's answer reaches the client when ReverseProxy flushes the head
 				// (it announces trailers), before the handler returns and settles the HEAD's
-				// missing cost: wait for that settle, up to the env's timeout.
+				// missing cost: wait for that settle.
 				missing := func() float64 { return testutil.ToFloat64(e.m.ResponseCostMissing("api", "tokens")) }
-				for deadline := time.Now().Add(5 * time.Second); missing() < 1 && time.Now().Before(deadline); {
+				for deadline := time.Now().Add(proc.Patience); missing() < 1 && time.Now().Before(deadline); {
 					time.Sleep(time.Millisecond)
 				}
 				if got := missing(); got != 1 {

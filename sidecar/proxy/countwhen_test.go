@@ -72,7 +72,7 @@ func TestCountWhenDuringAnOutageChargesRedisOnlyWhatCounted(t *testing.T) {
 	}
 	e.redis.Restart()
 	charged := e.m.OutageUnits.WithLabelValues("charged")
-	st.Eventually(t, 10*time.Second, func() error {
+	st.Eventually(t, func() error {
 		e.do("POST", "/status/200", nil) // not counted, wherever it is decided
 		if s := e.brk.State(); s != breaker.Closed {
 			return fmt.Errorf("breaker %s", s)

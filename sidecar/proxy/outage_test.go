@@ -40,7 +40,7 @@ func TestRedisOutage(t *testing.T) {
 					e.redis.Pause()
 				}
 				outage := e.startLoad(4, "/", phase("outage"))
-				st.Eventually(t, 5*time.Second, func() error {
+				st.Eventually(t, func() error {
 					if s := e.brk.State(); s != breaker.Open {
 						return fmt.Errorf("breaker %s", s)
 					}
@@ -50,7 +50,7 @@ func TestRedisOutage(t *testing.T) {
 				waitRequests(t, outage, 300)
 				// Let probes fail: open, half-open, open, half-open, open.
 				opened := e.trans.Load()
-				st.Eventually(t, 10*time.Second, func() error {
+				st.Eventually(t, func() error {
 					if n := e.trans.Load() - opened; n < 4 {
 						return fmt.Errorf("%d transitions since open", n)
 					}
@@ -64,7 +64,7 @@ func TestRedisOutage(t *testing.T) {
 				} else {
 					e.redis.Resume()
 				}
-				st.Eventually(t, 10*time.Second, func() error {
+				st.Eventually(t, func() error {
 					if s := e.brk.State(); s != breaker.Closed {
 						return fmt.Errorf("breaker %s", s)
 					}

@@ -326,7 +326,7 @@ func TestQueueSpacesRequests(t *testing.T) {
 	// passed waits until the upstream has seen want requests.
 	passed := func(want int) {
 		t.Helper()
-		st.Eventually(t, 5*time.Second, func() error {
+		st.Eventually(t, func() error {
 			if got := len(e.arrivals()); got != want {
 				return fmt.Errorf("upstream saw %d requests, want %d (%d queued)", got, want, clk.Waiters())
 			}
@@ -334,7 +334,7 @@ func TestQueueSpacesRequests(t *testing.T) {
 		})
 	}
 	// All are decided at t0: the first passes at once, the others wait on the clock's timers.
-	st.Eventually(t, 5*time.Second, func() error {
+	st.Eventually(t, func() error {
 		if got := clk.Waiters(); got != n-1 {
 			return fmt.Errorf("%d requests queued, want %d", got, n-1)
 		}
@@ -380,7 +380,7 @@ func TestQueuedRequestAbandoned(t *testing.T) {
 	if _, err := e.client.Do(req); !errors.Is(err, context.DeadlineExceeded) {
 		t.Fatalf("second: %v, want the client to give up during the delay", err)
 	}
-	st.Eventually(t, 5*time.Second, func() error {
+	st.Eventually(t, func() error {
 		if got := testutil.ToFloat64(e.m.QueueAbandoned); got != 1 {
 			return fmt.Errorf("abandoned = %v", got)
 		}

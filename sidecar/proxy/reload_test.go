@@ -25,7 +25,7 @@ func TestHotReloadUnderLoad(t *testing.T) {
 		r.Key = []policy.KeyPart{{Source: policy.SourceMethod}} // a key no request used yet
 	})}))
 	e.vol.Write(t, map[string][]byte{"policies.json": tight})
-	st.Eventually(t, 5*time.Second, func() error {
+	st.Eventually(t, func() error {
 		if c := l.snapshot(); c[429] == 0 {
 			return fmt.Errorf("no request limited yet (generation %d): %v", e.loader.Current().Generation, c)
 		}
@@ -37,7 +37,7 @@ func TestHotReloadUnderLoad(t *testing.T) {
 
 	failures := testutil.ToFloat64(e.m.ReloadFailures)
 	e.vol.Write(t, map[string][]byte{"policies.json": []byte(`{"version":1,"policies":[{"name":"x"`)})
-	st.Eventually(t, 5*time.Second, func() error {
+	st.Eventually(t, func() error {
 		if got := testutil.ToFloat64(e.m.ReloadFailures); got != failures+1 {
 			return fmt.Errorf("reload failures %v, want %v", got, failures+1)
 		}
@@ -56,7 +56,7 @@ func TestHotReloadUnderLoad(t *testing.T) {
 	}
 
 	e.vol.Write(t, map[string][]byte{"policies.json": generous})
-	st.Eventually(t, 5*time.Second, func() error {
+	st.Eventually(t, func() error {
 		if g := e.loader.Current().Generation; g != 3 {
 			return fmt.Errorf("generation %d, want 3", g)
 		}
@@ -73,7 +73,7 @@ func TestHotReloadUnderLoad(t *testing.T) {
 
 func waitRequests(t *testing.T, l *load, n int) {
 	t.Helper()
-	st.Eventually(t, 10*time.Second, func() error {
+	st.Eventually(t, func() error {
 		if got := sum(l.snapshot()); got < n {
 			return fmt.Errorf("%d requests done, want %d", got, n)
 		}

@@ -21,7 +21,7 @@ var sys *devenv.System
 
 func TestE2E(t *testing.T) {
 	RegisterFailHandler(Fail)
-	SetDefaultEventuallyTimeout(30 * time.Second)
+	SetDefaultEventuallyTimeout(2 * time.Minute) // bounds a hang; a loaded machine can take seconds
 	SetDefaultEventuallyPollingInterval(100 * time.Millisecond)
 	RunSpecs(t, "End-to-end Suite")
 }

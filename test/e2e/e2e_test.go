@@ -95,7 +95,9 @@ var _ = Describe("Sluice on loopback", Ordered, func() {
 					Ports: []corev1.ContainerPort{{ContainerPort: 8080}},
 				}}},
 			}
-			p, err := sys.RunPod(ctx, pod, fmt.Sprintf("127.0.2.%d", i+1))
+			ip, err := devenv.FreePodIP(8080)
+			Expect(err).NotTo(HaveOccurred())
+			p, err := sys.RunPod(ctx, pod, ip)
 			Expect(err).NotTo(HaveOccurred())
 			pods = append(pods, p)
 		}

@@ -35,13 +35,13 @@ import (
 	"github.com/sluice-dev/sluice/internal/devenv"
 	"github.com/sluice-dev/sluice/internal/inject"
 	"github.com/sluice-dev/sluice/internal/status"
+	"github.com/sluice-dev/sluice/internal/testutil/proc"
 )
 
 const (
 	namespace = "shop"
-	// Pod addresses and the sidecars' metrics port of this test, apart from those of test/e2e
-	// so that both can run at once on one machine.
-	podIPPrefix = "127.0.2.1"
+	// The sidecars' metrics port of this test; the pods' addresses are chosen free at run time
+	// (devenv.FreePodIP).
 	metricsPort = "19090"
 )
 
@@ -90,7 +90,7 @@ func TestRulesAndDashboardQueriesReturnData(t *testing.T) {
 	checkStatus(ctx, t, sys, true)
 	// While Redis is down some alerts must go pending: the breaker opens, pods decide on their
 	// share. Their `for` is longer than the test, so pending is what shows they would fire.
-	waitAlerts(t, prom, d.outage, "SluiceBreakerOpen", "SluicePodsDecidingLocally", "SluiceRuleDenyingMuch")
+	waitAlerts(t, prom, proc.Patience, "SluiceBreakerOpen", "SluicePodsDecidingLocally", "SluiceRuleDenyingMuch")
 	time.Sleep(time.Until(outageAt.Add(d.outage)))
 	if err := sys.RestartRedis(); err != nil {
 		t.Fatal(err)
@@ -173,14 +173,19 @@ func startPods(ctx context.Context, t *testing.T, sys *devenv.System) []*devenv.
 				Name: "app", Image: "sluice.local/upstream:dev", Ports: []corev1.ContainerPort{{ContainerPort: 8080}},
 			}}},
 		}
-		rp, err := sys.RunPod(ctx, pod, fmt.Sprintf("%s%d", podIPPrefix, i+1))
+		port, _ := strconv.Atoi(metricsPort)
+		ip, err := devenv.FreePodIP(8080, port)
+		if err != nil {
+			t.Fatal(err)
+		}
+		rp, err := sys.RunPod(ctx, pod, ip)
 		if err != nil {
 			t.Fatal(err)
 		}
 		pods = append(pods, rp)
 	}
 	// Wait until both sidecars enforce the policy: a burst from one client is partly denied.
-	deadline := time.Now().Add(time.Minute)
+	deadline := time.Now().Add(proc.Patience)
 	c := devenv.ClientFrom("127.0.3.200")
 	for {
 		rs, err := devenv.Send(c, pods, 30, "/", nil)
@@ -191,7 +196,7 @@ func startPods(ctx context.Context, t *testing.T, sys *devenv.System) []*devenv.
 			break
 		}
 		if time.Now().After(deadline) {
-			t.Fatal("the sidecars did not enforce the policy within a minute")
+			t.Fatalf("the sidecars did not enforce the policy within %s", proc.Patience)
 		}
 		time.Sleep(500 * time.Millisecond)
 	}
@@ -239,8 +244,8 @@ func startPrometheus(t *testing.T, bin, managerMetrics string, pods []*devenv.Po
 	}
 	dir := t.TempDir()
 	var sidecars strings.Builder
-	for i, p := range pods {
-		fmt.Fprintf(&sidecars, "  - targets: ['%s%d:%s']\n    labels: {namespace: %s, pod: %s}\n", podIPPrefix, i+1, metricsPort, namespace, p.Name)
+	for _, p := range pods {
+		fmt.Fprintf(&sidecars, "  - targets: ['%s']\n    labels: {namespace: %s, pod: %s}\n", net.JoinHostPort(p.IP, metricsPort), namespace, p.Name)
 	}
 	cfg := fmt.Sprintf(`global: {scrape_interval: 1s, evaluation_interval: 1s}
 rule_files: [%q]
@@ -260,8 +265,8 @@ scrape_configs:
 	if err != nil {
 		t.Fatal(err)
 	}
-	cmd := exec.Command(bin, "--config.file="+cfgFile, "--storage.tsdb.path="+filepath.Join(dir, "data"),
-		"--web.listen-address="+addr, "--log.level=warn")
+	cmd := proc.Own(exec.Command(bin, "--config.file="+cfgFile, "--storage.tsdb.path="+filepath.Join(dir, "data"),
+		"--web.listen-address="+addr, "--log.level=warn"))
 	cmd.Stdout, cmd.Stderr = logf, logf
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
@@ -276,7 +281,7 @@ scrape_configs:
 		}
 	})
 	base := "http://" + addr
-	deadline := time.Now().Add(30 * time.Second)
+	deadline := time.Now().Add(proc.Patience)
 	for {
 		resp, err := http.Get(base + "/-/ready")
 		if err == nil {
@@ -286,7 +291,7 @@ scrape_configs:
 			}
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("prometheus not ready within 30s: %v", err)
+			t.Fatalf("prometheus not ready within %s: %v", proc.Patience, err)
 		}
 		time.Sleep(200 * time.Millisecond)
 	}
@@ -332,7 +337,7 @@ func query(prom, expr string, start, end time.Time, step time.Duration) ([]sampl
 	return r.Data.Result, nil
 }
 
-// waitAlerts waits up to d for each alert to be pending or firing.
+// waitAlerts waits for each alert to be pending or firing; d bounds a hang.
 func waitAlerts(t *testing.T, prom string, d time.Duration, names ...string) {
 	t.Helper()
 	deadline := time.Now().Add(d)
@@ -493,7 +498,7 @@ func checkWideColumns(t *testing.T, sys *devenv.System) {
 	// No uninjected pods: uninjectedPods is omitted at 0, so the column is blank; no domain.
 	row := regexp.MustCompile(`^shop\s+.*\s+True\s+2\s+Local\s+\S+$`)
 	var out []byte
-	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(200 * time.Millisecond) {
+	for deadline := time.Now().Add(proc.Patience); ; time.Sleep(200 * time.Millisecond) {
 		var err error
 		out, err = exec.Command(sys.ControlPlane.Kubectl(), "--kubeconfig", sys.ControlPlane.Kubeconfig,
 			"get", "rlp", "-n", namespace, "-o", "wide").CombinedOutput()

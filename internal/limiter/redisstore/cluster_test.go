@@ -14,6 +14,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/sluice-dev/sluice/internal/limiter"
+	"github.com/sluice-dev/sluice/internal/testutil/proc"
 	"github.com/sluice-dev/sluice/internal/testutil/redisserver"
 )
 
@@ -446,7 +447,7 @@ func TestClusterRefusedBatchIsDecidedPerSlot(t *testing.T) {
 	}
 
 	// The slot map follows; the moved keys are then batched by their new masters.
-	deadline := time.Now().Add(10 * time.Second)
+	deadline := time.Now().Add(proc.Patience)
 	for s.Master(ctx, moved, lim) != c.Servers[1].Addr() || s.Master(ctx, empty, lim) != c.Servers[2].Addr() {
 		if time.Now().After(deadline) {
 			t.Fatal("the client's slot map never showed the moved slots")

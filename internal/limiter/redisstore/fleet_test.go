@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/sluice-dev/sluice/internal/limiter"
+	"github.com/sluice-dev/sluice/internal/testutil/proc"
 	"github.com/sluice-dev/sluice/internal/testutil/redisserver"
 )
 
@@ -52,7 +53,7 @@ func connsByName(t testing.TB, srv *redisserver.TestServer) map[string]int {
 	return out
 }
 
-// TestFleetRestart is the fleet figure of bench/results.md: SLUICE_FLEET_CLIENTS (default
+// TestFaultFleetRestart is the fleet figure of bench/results.md: SLUICE_FLEET_CLIENTS (default
 // 2,000) Store clients, each its own NewClient client as in one sidecar each, in this process
 // against one redis-server. Each makes one Take and goes idle: the test reports Redis's
 // connected_clients and its memory per connection. Then every client takes every 500 ms (at a
@@ -60,7 +61,7 @@ func connsByName(t testing.TB, srv *redisserver.TestServer) map[string]int {
 // connections per 100 ms (INFO stats total_connections_received, sampled) until every client
 // has reconnected, Redis having been down for a second. No client ever holds more than 2 connections (CLIENT LIST, by client name),
 // and no 100 ms takes half the reconnections.
-func TestFleetRestart(t *testing.T) {
+func TestFaultFleetRestart(t *testing.T) {
 	if testing.Short() {
 		t.Skip("2,000 clients and a Redis restart")
 	}
@@ -226,7 +227,7 @@ func TestFleetRestart(t *testing.T) {
 	srv.Restart()
 	up := time.Now()
 	upAt.Store(up.UnixNano())
-	deadline := up.Add(30 * time.Second)
+	deadline := up.Add(proc.Patience)
 	back := int64(0)
 	for time.Now().Before(deadline) {
 		// The fleet's connections, less the one reading this (the sampler's may be among

@@ -4,11 +4,14 @@
 package envtestassets
 
 import (
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
 	"strings"
 )
 
@@ -32,19 +35,73 @@ func Root() (string, error) {
 
 // Dir returns the directory of the envtest binaries. The script's progress (a first build
 // takes minutes) goes to stderr.
+//
+// Where setpriv(1) can set a parent-death signal (Linux), the directory returned holds
+// wrappers that run kube-apiserver and etcd with SIGKILL as theirs: a test binary that is
+// killed (a -timeout, a second Ctrl-C) takes its API server and etcd with it instead of leaving
+// them running and holding their ports.
 func Dir() (string, error) {
-	if dir := os.Getenv("KUBEBUILDER_ASSETS"); dir != "" {
-		return dir, nil
+	dir := os.Getenv("KUBEBUILDER_ASSETS")
+	if dir == "" {
+		root, err := Root()
+		if err != nil {
+			return "", err
+		}
+		cmd := exec.Command(filepath.Join(root, "hack", "envtest-assets.sh"))
+		cmd.Stderr = os.Stderr
+		out, err := cmd.Output()
+		if err != nil {
+			return "", fmt.Errorf("hack/envtest-assets.sh could not provide envtest binaries: %w", err)
+		}
+		dir = strings.TrimSpace(string(out))
 	}
-	root, err := Root()
+	return withDeathSignal(dir)
+}
+
+// withDeathSignal returns a directory of wrappers around dir's binaries that exec them under
+// `setpriv --pdeathsig KILL`, or dir itself where setpriv is missing. The wrappers are written
+// once per assets directory (a name derived from its path) and replaced atomically, so
+// concurrent test binaries share them.
+func withDeathSignal(dir string) (string, error) {
+	setpriv, err := exec.LookPath("setpriv")
+	if err != nil || runtime.GOOS != "linux" {
+		return dir, nil //nolint:nilerr // no setpriv: the binaries as they are
+	}
+	abs, err := filepath.Abs(dir)
 	if err != nil {
 		return "", err
 	}
-	cmd := exec.Command(filepath.Join(root, "hack", "envtest-assets.sh"))
-	cmd.Stderr = os.Stderr
-	out, err := cmd.Output()
-	if err != nil {
-		return "", fmt.Errorf("hack/envtest-assets.sh could not provide envtest binaries: %w", err)
+	sum := sha256.Sum256([]byte(abs + "\x00" + setpriv))
+	wrapped := filepath.Join(os.TempDir(), "sluice-envtest-"+hex.EncodeToString(sum[:8]))
+	if err := os.MkdirAll(wrapped, 0o755); err != nil {
+		return "", err
 	}
-	return strings.TrimSpace(string(out)), nil
+	for _, name := range []string{"kube-apiserver", "etcd", "kubectl"} {
+		real := filepath.Join(abs, name)
+		if _, err := os.Stat(real); err != nil {
+			continue
+		}
+		script := fmt.Sprintf("#!/bin/sh\nexec %s --pdeathsig KILL -- %s \"$@\"\n", setpriv, real)
+		if name == "kubectl" { // short-lived, run by tests: as it is
+			script = fmt.Sprintf("#!/bin/sh\nexec %s \"$@\"\n", real)
+		}
+		path := filepath.Join(wrapped, name)
+		if b, err := os.ReadFile(path); err == nil && string(b) == script {
+			continue
+		}
+		tmp, err := os.CreateTemp(wrapped, "."+name+"-")
+		if err != nil {
+			return "", err
+		}
+		_, werr := tmp.WriteString(script)
+		cerr := tmp.Close()
+		if err := errors.Join(werr, cerr, os.Chmod(tmp.Name(), 0o755)); err != nil {
+			_ = os.Remove(tmp.Name())
+			return "", err
+		}
+		if err := os.Rename(tmp.Name(), path); err != nil {
+			return "", err
+		}
+	}
+	return wrapped, nil
 }

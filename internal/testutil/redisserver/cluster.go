@@ -9,8 +9,9 @@ import (
 	"time"
 )
 
-// clusterTimeout bounds how long StartCluster waits for every node to report cluster_state:ok.
-const clusterTimeout = 30 * time.Second
+// clusterTimeout bounds how long StartCluster waits for every node to report cluster_state:ok
+// (and StartSentinels for its sentinels): a bound on a hang, not an expected time.
+const clusterTimeout = 2 * time.Minute
 
 // Cluster is a Redis Cluster of masters, with replicas if asked for (WithReplicas), each a
 // server owned by the test.

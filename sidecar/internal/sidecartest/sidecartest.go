@@ -13,6 +13,7 @@ import (
 
 	"github.com/sluice-dev/sluice/internal/policy"
 	"github.com/sluice-dev/sluice/internal/testutil/kubeletdir"
+	"github.com/sluice-dev/sluice/internal/testutil/proc"
 )
 
 // Policy returns a valid policy selecting every pod ({}), with one replica, failure mode Local,
@@ -101,11 +102,13 @@ func (a *AtomicDir) Write(t testing.TB, files map[string][]byte) {
 	}
 }
 
-// Eventually calls f every 10ms until it returns nil or timeout passes, then fails the test
-// with f's last error.
-func Eventually(t testing.TB, timeout time.Duration, f func() error) {
+// Eventually calls f every 10ms until it returns nil, then returns; it fails the test with f's
+// last error when f has not succeeded within proc.Patience (a hang: the test waits for an event,
+// never for a duration).
+func Eventually(t testing.TB, f func() error) {
 	t.Helper()
 	var last error
+	timeout := proc.Patience
 	err := wait.PollUntilContextTimeout(t.Context(), 10*time.Millisecond, timeout, true, func(context.Context) (bool, error) {
 		last = f()
 		return last == nil, nil
