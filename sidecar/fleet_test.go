@@ -18,13 +18,13 @@ import (
 	st "github.com/sluice-dev/sluice/sidecar/internal/sidecartest"
 )
 
-// TestFleetSharesHoldTheLimit runs a fleet of four sidecar binaries, each told its pod's name
+// TestFaultFleetSharesHoldTheLimit runs a fleet of four sidecar binaries, each told its pod's name
 // as the webhook tells it (SLUICE_POD_NAME), behind a policy that lists the four pods as the
 // controller renders them, and a fifth whose pod the file does not know yet. With Redis killed
 // every sidecar decides with its share: the fleet admits exactly the limit of each rule (6 as
 // 2,2,1,1 and 2 as 1,1,0,0), the new pod admits nothing, and every other answer is a 429 with
 // a Retry-After, never a 5xx.
-func TestFleetSharesHoldTheLimit(t *testing.T) {
+func TestFaultFleetSharesHoldTheLimit(t *testing.T) {
 	if testing.Short() {
 		t.Skip("builds the binary")
 	}

@@ -29,7 +29,7 @@ type admission struct{ sent, arrived int64 }
 // engine's expiry are whole milliseconds, each truncating real time by less than 1 ms.
 const clockMargin = 2 * time.Millisecond
 
-// TestLeasedSidecarsHoldTheBound runs two sidecar binaries sharing one hot leased key
+// TestFaultLeasedSidecarsHoldTheBound runs two sidecar binaries sharing one hot leased key
 // (X-Tenant) through one redis-server, under closed-loop load from 12 clients in cycles of
 // trickle (below the limit: the pods lease), spike (past it: denials) and pause (the leases
 // end, the limit refills), and
@@ -42,7 +42,7 @@ const clockMargin = 2 * time.Millisecond
 // in it (those were certainly decided in it), so the check is sound whatever the machine's
 // load, and never reads a wall-clock duration as a speed. The failure mode is Closed with a
 // long Redis timeout, so a slow Redis answers 503 rather than admitting with a local share.
-func TestLeasedSidecarsHoldTheBound(t *testing.T) {
+func TestFaultLeasedSidecarsHoldTheBound(t *testing.T) {
 	if testing.Short() {
 		t.Skip("builds the binary and loads two sidecars")
 	}

@@ -347,3 +347,8 @@ func rawUpgrade(t *testing.T, addr string) (net.Conn, *bufio.Reader) {
 	}
 	return conn, br
 }
+
+// generousTimeout is the Redis budget of tests that are not about timeouts: a bound on a hang,
+// so that a loaded machine running -race never turns a Redis decision into a local one (a
+// counter of its own, which would admit past a limit the test counts).
+const generousTimeout = 30 * time.Second

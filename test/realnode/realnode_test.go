@@ -323,7 +323,7 @@ var _ = Describe("Sluice on a real node", Ordered, func() {
 				g.Expect(err).NotTo(HaveOccurred())
 				g.Expect(v).To(BeNumerically(">", before[i]))
 			}
-		}, 30*time.Second, 50*time.Millisecond).Should(Succeed())
+		}).WithPolling(50 * time.Millisecond).Should(Succeed())
 		reloaded := time.Since(start)
 
 		Eventually(func() map[int]int { return tally(podIPs, 12, newClient()) }).Should(Equal(map[int]int{200: 9, 429: 3}))

@@ -90,8 +90,8 @@ func busySpell(t *testing.T, s *Store, lim limiter.Limit) {
 // TestBusyBatchWaitsAtItsPace: a busy batcher's batch waits for the calls it wants at most its
 // policy's pace for each, however long its linger: with a linger of a minute and a pace of
 // 1 ms, a lone Take right after a busy spell of 32 callers waits (once) for the calls it wants,
-// and gets its decision well within the Store's 5 s timeout, where a wait of linger would
-// time it out.
+// and gets its decision well within the Store's timeout (testTimeout), where a wait of linger
+// would time it out.
 func TestBusyBatchWaitsAtItsPace(t *testing.T) {
 	srv := redisserver.StartTest(t)
 	s := newStore(t, newClient(t, srv.URL()), Options{Prefix: freshPrefix("pace"), Timeout: testTimeout})
@@ -119,7 +119,10 @@ func TestBusyBatchWaitsAtItsPace(t *testing.T) {
 // TestBusyBatcherFillsBatches: 32 callers in a closed loop, on one hot key or on distinct
 // keys, get far more decisions per script call (INFO commandstats) than natural batching gave
 // (about 2.5 at 8 callers, 5 through the sidecar at 32 connections), and while the batcher is
-// busy no call goes on its own.
+// busy no call goes on its own. The batches' waits are long here (a second) so that what the
+// test sees is the policy's rule (a busy batch waits for the calls it wants), not how fast a
+// loaded machine brings the callers back: a batch sent on a short wait's expiry would carry
+// the stragglers of a slow wave.
 func TestBusyBatcherFillsBatches(t *testing.T) {
 	const callers, each, minPerCall = 32, 40, 12
 	srv := redisserver.StartTest(t)
@@ -128,12 +131,10 @@ func TestBusyBatcherFillsBatches(t *testing.T) {
 		t.Run(fmt.Sprintf("distinct=%v", distinct), func(t *testing.T) {
 			s := newStore(t, newClient(t, srv.URL()), Options{Prefix: freshPrefix("busy"), Timeout: testTimeout})
 			b := s.batch
-			// A batch waits up to 10 ms here, not 3.2 (32 at the policy's pace): under -race
-			// beside the other packages the 32 callers can take longer than that to come back,
-			// which is a slow machine, not a batcher that does not wait. (Still below the
-			// policy's idle, so that the load the batcher saw is not forgotten while a batch
-			// waits.) Set before any caller runs.
-			b.policy.pace, b.policy.linger = 0, 10*time.Millisecond
+			// A batch waits up to a second here, not 3.2 ms (32 at the policy's pace), and
+			// what was in flight is remembered for a minute (so not forgotten while a batch
+			// waits). Set before any caller runs.
+			b.policy.pace, b.policy.linger, b.policy.idle = 0, time.Second, time.Minute
 			calls := scriptCalls(t, srv)
 			var wg sync.WaitGroup
 			for g := range callers {
