@@ -100,7 +100,7 @@ func TestRulesAndDashboardQueriesReturnData(t *testing.T) {
 	time.Sleep(d.recovered)
 	stop()
 	// Two more evaluations after the last traffic, so the recorded series include it.
-	time.Sleep(3 * time.Second)
+	waitEvaluations(t, prom, time.Now(), 2)
 	end := time.Now()
 
 	checkQueries(t, prom)
@@ -337,6 +337,44 @@ func query(prom, expr string, start, end time.Time, step time.Duration) ([]sampl
 	return r.Data.Result, nil
 }
 
+// waitEvaluations waits until every rule group of prom has been evaluated n times since after
+// (at 1 s intervals: its last evaluation began n-1 s or more after after).
+func waitEvaluations(t *testing.T, prom string, after time.Time, n int) {
+	t.Helper()
+	since := after.Add(time.Duration(n-1) * time.Second)
+	deadline := time.Now().Add(proc.Patience)
+	for {
+		resp, err := http.Get(prom + "/api/v1/rules")
+		if err != nil {
+			t.Fatal(err)
+		}
+		var r struct {
+			Data struct {
+				Groups []struct {
+					Name           string    `json:"name"`
+					LastEvaluation time.Time `json:"lastEvaluation"`
+				} `json:"groups"`
+			} `json:"data"`
+		}
+		err = json.NewDecoder(resp.Body).Decode(&r)
+		_ = resp.Body.Close()
+		if err != nil {
+			t.Fatal(err)
+		}
+		done := len(r.Data.Groups) > 0
+		for _, g := range r.Data.Groups {
+			done = done && g.LastEvaluation.After(since)
+		}
+		if done {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("prometheus did not evaluate its rules %d times after %s within %s: %+v", n, after, proc.Patience, r.Data.Groups)
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+}
+
 // waitAlerts waits for each alert to be pending or firing; d bounds a hang.
 func waitAlerts(t *testing.T, prom string, d time.Duration, names ...string) {
 	t.Helper()
@@ -489,8 +527,8 @@ func renderDashboard(t *testing.T, prom string, start, end time.Time, out, title
 	t.Logf("wrote %s", out)
 }
 
-// checkWideColumns checks the columns kubectl get rlp -o wide adds for an incident, polling for
-// up to 10 s: the controller writes statuses with the ConfigMap, at most once per
+// checkWideColumns checks the columns kubectl get rlp -o wide adds for an incident, polling
+// until they show (proc.Patience bounds a hang): the controller writes statuses with the ConfigMap, at most once per
 // --render-interval, so the pods that just became ready may not be counted yet.
 func checkWideColumns(t *testing.T, sys *devenv.System) {
 	t.Helper()

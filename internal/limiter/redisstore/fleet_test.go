@@ -120,8 +120,13 @@ func TestFaultFleetRestart(t *testing.T) {
 	if n := failed.Load(); n > 0 {
 		t.Fatalf("%d of %d first Takes failed", n, fleet)
 	}
-	// The preloads (SCRIPT EXISTS after each first connection) may still be running.
-	time.Sleep(500 * time.Millisecond)
+	// The preloads (SCRIPT EXISTS after each first connection) may still be running: wait for
+	// them to end.
+	for _, s := range stores {
+		for s.batch.preloading.Load() {
+			time.Sleep(time.Millisecond)
+		}
+	}
 	checkBound := func(when string) int {
 		t.Helper()
 		total := 0
