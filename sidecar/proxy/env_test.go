@@ -246,6 +246,21 @@ func (e *env) codes(n int, path string, hdr map[string]string) []int {
 	return out
 }
 
+// redisErrors is how many Redis calls of the env failed so far (sluice_redis_errors_total, every
+// kind). A call that failed on a loaded machine (a timeout) has an unknown outcome, so a count
+// that spans one proves nothing either way: tests repeat such a round rather than assert on it.
+func (e *env) redisErrors() float64 {
+	var n float64
+	for _, kind := range []string{"timeout", "Unavailable", "late_charge"} {
+		n += testutil.ToFloat64(e.m.RedisErrors.WithLabelValues(kind))
+	}
+	return n
+}
+
+// inconclusiveRounds bounds how many rounds in a row a test repeats because a Redis call
+// failed in them: a machine that loaded is a hang's worth, not a verdict.
+const inconclusiveRounds = 20
+
 func count(codes []int, code int) int {
 	n := 0
 	for _, c := range codes {
