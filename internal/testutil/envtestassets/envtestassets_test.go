@@ -1,33 +1,22 @@
 package envtestassets
 
 import (
-	"bufio"
-	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
-	"strconv"
-	"strings"
 	"testing"
-	"time"
 
 	"github.com/sluice-dev/sluice/internal/testutil/proc"
 )
 
-// childEnv makes this test binary the child of TestWrappedBinaryDiesWithTheTestBinary: it runs
-// the binary in the variable as envtest does (a plain exec), prints its PID and waits.
-const childEnv = "SLUICE_ENVTEST_TEST_CHILD"
+const orphanEnv = "SLUICE_ENVTEST_TEST_CHILD"
 
 func TestMain(m *testing.M) {
-	if bin := os.Getenv(childEnv); bin != "" {
+	// The parent runs the binary as envtest does: a plain exec.
+	proc.OrphanMain(orphanEnv, func(bin string) (*exec.Cmd, error) {
 		cmd := exec.Command(bin)
-		if err := cmd.Start(); err != nil {
-			fmt.Println("error", err)
-			os.Exit(1)
-		}
-		fmt.Println(cmd.Process.Pid)
-		time.Sleep(time.Hour) // until killed (a bare select would be a deadlock, and an exit)
-	}
+		return cmd, cmd.Start()
+	})
 	os.Exit(m.Run())
 }
 
@@ -50,51 +39,5 @@ func TestWrappedBinaryDiesWithTheTestBinary(t *testing.T) {
 	if again, err := withDeathSignal(assets); err != nil || again != wrapped {
 		t.Fatalf("a second call gave %q, %v; want the same directory %q", again, err, wrapped)
 	}
-	parent := exec.Command(os.Args[0], "-test.run=^$")
-	parent.Env = append(os.Environ(), childEnv+"="+filepath.Join(wrapped, "etcd"))
-	out, err := parent.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := parent.Start(); err != nil {
-		t.Fatal(err)
-	}
-	line, err := bufio.NewReader(out).ReadString('\n')
-	if err != nil {
-		t.Fatalf("reading the grandchild's PID: %v", err)
-	}
-	pid, err := strconv.Atoi(strings.TrimSpace(line))
-	if err != nil {
-		t.Fatalf("the child said %q", line)
-	}
-	// The wrapper execs setpriv, which execs the binary: same PID, wait for the last exec.
-	deadline := time.Now().Add(proc.Patience)
-	for !strings.HasPrefix(comm(pid), "sleep") {
-		if time.Now().After(deadline) {
-			t.Fatalf("process %d is %q, not the wrapped binary", pid, comm(pid))
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
-	_ = parent.Process.Kill()
-	_ = parent.Wait()
-	for comm(pid) != "" {
-		if time.Now().After(deadline) {
-			t.Fatalf("the wrapped binary %d still runs after its parent was killed", pid)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
-}
-
-// comm is the command name of a running pid, "" when it is gone or a zombie.
-func comm(pid int) string {
-	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
-	if err != nil {
-		return ""
-	}
-	s := string(b)
-	open, end := strings.IndexByte(s, '('), strings.LastIndexByte(s, ')')
-	if open < 0 || end < open || end+2 >= len(s) || s[end+2] == 'Z' {
-		return ""
-	}
-	return s[open+1 : end]
+	proc.WaitGone(t, proc.Orphan(t, orphanEnv, filepath.Join(wrapped, "etcd"), "sleep"))
 }
