@@ -62,6 +62,8 @@ func Dir() (string, error) {
 // `setpriv --pdeathsig KILL`, or dir itself where setpriv is missing. The wrappers are written
 // once per assets directory (a name derived from its path) and replaced atomically, so
 // concurrent test binaries share them.
+//
+//nolint:gosec // paths of the caller's assets directory and of this package's own wrappers
 func withDeathSignal(dir string) (string, error) {
 	setpriv, err := exec.LookPath("setpriv")
 	if err != nil || runtime.GOOS != "linux" {

@@ -38,7 +38,7 @@ func OrphanMain(env string, start func(value string) (*exec.Cmd, error)) {
 // with SIGKILL and returns the process's PID: the caller checks it is gone (Running).
 func Orphan(t testing.TB, env, value, comm string) int {
 	t.Helper()
-	parent := exec.Command(os.Args[0], "-test.run=^$")
+	parent := exec.Command(os.Args[0], "-test.run=^$") //nolint:gosec // the test binary itself
 	parent.Env = append(os.Environ(), env+"="+value)
 	out, err := parent.StdoutPipe()
 	if err != nil {
