@@ -27,13 +27,13 @@ pids=()
 stop_load() { for p in "${pids[@]}"; do kill "$p" 2>/dev/null; done; wait "${pids[@]}" 2>/dev/null; }
 trap stop_load EXIT
 trap 'exit 130' INT TERM
-pin=()
-command -v taskset >/dev/null && pin=(taskset -c 0)
+pin=() where="any CPU"
+command -v taskset >/dev/null && pin=(taskset -c 0) where="CPU 0"
 for _ in $(seq "$loads"); do
   "${pin[@]}" bash -c 'while :; do :; done' &
   pids+=($!)
 done
-echo "under-load: ${#pids[@]} CPU-bound loop(s) on ${pin:+CPU 0}${pin:-any CPU}; $(nproc) CPUs; $runs run(s) of: ${targets[*]}"
+echo "under-load: ${#pids[@]} CPU-bound loop(s) on $where; $(nproc) CPUs; $runs run(s) of: ${targets[*]}"
 
 failed=0 passed=0
 for target in "${targets[@]}"; do
