@@ -49,10 +49,10 @@ func faultFlags(redisURL string, timeout time.Duration) []string {
 // localWatch samples the sidecar's local decisions (sluice_fallback_decisions_total) every
 // 20 ms, to tell when they last increased: when decisions were back in Redis.
 type localWatch struct {
-	stop chan struct{}
-	done chan struct{}
-	mu   sync.Mutex
-	last float64
+	stop        chan struct{}
+	done        chan struct{}
+	mu          sync.Mutex
+	first, last float64
 	// rises are when the count was seen higher than before, in order.
 	rises []time.Time
 }
@@ -60,6 +60,7 @@ type localWatch struct {
 func watchLocal(t *testing.T, s *sidecar, labels ...string) *localWatch {
 	w := &localWatch{stop: make(chan struct{}), done: make(chan struct{})}
 	w.last = s.metric(t, "sluice_fallback_decisions_total", labels...)
+	w.first = w.last
 	go func() {
 		defer close(w.done)
 		tick := time.NewTicker(20 * time.Millisecond)
@@ -94,10 +95,10 @@ func (w *localWatch) end(from time.Time) (total float64, stopped time.Time) {
 			continue
 		}
 		if i+1 == len(w.rises) || w.rises[i+1].Sub(r) >= 500*time.Millisecond {
-			return w.last, r
+			return w.last - w.first, r
 		}
 	}
-	return w.last, time.Time{}
+	return w.last - w.first, time.Time{}
 }
 
 // checkFailover checks a failover under load: no phase failed a request, and the kill reached
@@ -448,10 +449,13 @@ func TestFaultClusterFailover(t *testing.T) {
 		}
 		client := fmt.Sprintf("k%d", i)
 		for _, path := range []string{"/v", "/o"} {
-			n := dbsize(t, victim)
+			n, local := dbsize(t, victim), s.metric(t, "sluice_fallback_decisions_total")
 			codes := sendN(t, s.URL()+path, map[string]string{"X-Client": client}, 1)
 			if codes[0] != 200 {
 				t.Fatalf("%s: %d", path, codes[0])
+			}
+			if s.metric(t, "sluice_fallback_decisions_total") != local {
+				continue // decided locally (a loaded machine timed the call out): the key's place is unknown
 			}
 			there := dbsize(t, victim) > n
 			switch {
@@ -461,10 +465,6 @@ func TestFaultClusterFailover(t *testing.T) {
 				elsewhere = append(elsewhere, client)
 			}
 		}
-	}
-	before := s.metric(t, "sluice_fallback_decisions_total")
-	if before != 0 {
-		t.Fatalf("%v local decisions before the fault", before)
 	}
 	vload := startFaultLoad(s.URL(), 2, func(w, n int) (string, map[string]string) {
 		return "/v", map[string]string{"X-Client": onVictim[(w*7+n)%len(onVictim)]}

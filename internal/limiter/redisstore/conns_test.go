@@ -15,6 +15,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/wait"
 
 	"github.com/sluice-dev/sluice/internal/limiter"
+	"github.com/sluice-dev/sluice/internal/testutil/proc"
 	"github.com/sluice-dev/sluice/internal/testutil/redisserver"
 )
 
@@ -230,7 +231,7 @@ func TestScriptPreloaded(t *testing.T) {
 	waitLoaded := func(what string) {
 		t.Helper()
 		ok := false
-		_ = wait.PollUntilContextTimeout(t.Context(), 10*time.Millisecond, 10*time.Second, true, func(context.Context) (bool, error) {
+		_ = wait.PollUntilContextTimeout(t.Context(), 10*time.Millisecond, proc.Patience, true, func(context.Context) (bool, error) {
 			ok = loaded()
 			return ok, nil
 		})
@@ -244,6 +245,11 @@ func TestScriptPreloaded(t *testing.T) {
 	s := newStore(t, client, Options{Prefix: freshPrefix("preload"), Timeout: testTimeout})
 	srv.Resume() // New returned with Redis paused: it did not wait for it
 	waitLoaded("after New, with no Take")
+	// The preloading goroutine counts its preload once Redis has answered it, which is after
+	// the script is there for SCRIPT EXISTS to see: wait for it to be done.
+	for s.batch.preloading.Load() {
+		time.Sleep(time.Millisecond)
+	}
 	if got := s.batch.preloads.Load(); got != 1 {
 		t.Errorf("%d scripts loaded, want 1", got)
 	}
@@ -256,12 +262,12 @@ func TestScriptPreloaded(t *testing.T) {
 	if loaded() {
 		t.Fatal("the script survived a restart; this test cannot tell a preload")
 	}
-	// The first Take after the restart may fail on its dead connection; one reconnects.
-	for range 3 {
-		if _, err := s.Take(context.Background(), "a", limiter.Limit{Algorithm: limiter.FixedWindow, Limit: 10, Window: time.Hour}, 1, time.Time{}); err == nil {
-			break
-		}
-	}
+	// The first Takes after the restart may fail, on a dead connection or in the dial backoff a
+	// failed dial starts; take until one reconnects.
+	_ = wait.PollUntilContextTimeout(t.Context(), 10*time.Millisecond, proc.Patience, true, func(context.Context) (bool, error) {
+		_, err := s.Take(context.Background(), "a", limiter.Limit{Algorithm: limiter.FixedWindow, Limit: 10, Window: time.Hour}, 1, time.Time{})
+		return err == nil, nil
+	})
 	waitLoaded("after the restart and a reconnect")
 }
 
