@@ -14,7 +14,7 @@ import (
 	"github.com/sluice-dev/sluice/internal/inject"
 	"github.com/sluice-dev/sluice/internal/policy"
 	"github.com/sluice-dev/sluice/internal/testutil/redisserver"
-	st "github.com/sluice-dev/sluice/sidecar/internal/sidecartest"
+	st "github.com/sluice-dev/sluice/internal/testutil/sidecartest"
 )
 
 // TestFleetSharesHoldTheLimit runs a fleet of four sidecar binaries, each told its pod's name

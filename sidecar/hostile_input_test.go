@@ -141,7 +141,7 @@ func sendBig(t *testing.T, sc *sidecar, req string) int {
 
 // TestHeaderLimits: headers over the limit get 431 and a request line over it a 4xx (414 is
 // the precise code; net/http answers 431 because it counts the line in the header limit),
-// both with the default limit (64 KiB, proxy.DefaultMaxHeaderBytes) and with --max-header-bytes, and nothing reaches the
+// both with the default limit (64 KiB, inject.DefaultMaxHeaderBytes) and with --max-header-bytes, and nothing reaches the
 // application; a request under the limit passes.
 func TestHeaderLimits(t *testing.T) {
 	bigHeader := func(n int) string {

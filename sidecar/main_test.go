@@ -19,7 +19,7 @@ import (
 	"github.com/sluice-dev/sluice/internal/limiter/redisstore"
 	"github.com/sluice-dev/sluice/internal/policy"
 	"github.com/sluice-dev/sluice/internal/testutil/redisserver"
-	st "github.com/sluice-dev/sluice/sidecar/internal/sidecartest"
+	st "github.com/sluice-dev/sluice/internal/testutil/sidecartest"
 )
 
 // TestBinary builds sluice-sidecar, starts it with flags and environment variables the way the

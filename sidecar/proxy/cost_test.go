@@ -16,7 +16,7 @@ import (
 	clocktesting "k8s.io/utils/clock/testing"
 
 	"github.com/sluice-dev/sluice/internal/policy"
-	st "github.com/sluice-dev/sluice/sidecar/internal/sidecartest"
+	st "github.com/sluice-dev/sluice/internal/testutil/sidecartest"
 )
 
 // costClients are the protocols a client may speak to the sidecar: HTTP/1.1 (the fasthttp

@@ -18,7 +18,7 @@ import (
 
 	"github.com/valyala/fasthttp"
 
-	"github.com/sluice-dev/sluice/sidecar/keys"
+	"github.com/sluice-dev/sluice/internal/dataplane/keys"
 )
 
 // This file is the HTTP/1.x request path on fasthttp: request view, hop-by-hop and

@@ -12,13 +12,12 @@ import (
 	"strings"
 	"time"
 
+	"github.com/sluice-dev/sluice/internal/dataplane/breaker"
+	"github.com/sluice-dev/sluice/internal/dataplane/config"
 	"github.com/sluice-dev/sluice/internal/inject"
 	"github.com/sluice-dev/sluice/internal/limiter"
 	"github.com/sluice-dev/sluice/internal/limiter/redisstore"
 	"github.com/sluice-dev/sluice/internal/policy"
-	"github.com/sluice-dev/sluice/sidecar/breaker"
-	"github.com/sluice-dev/sluice/sidecar/config"
-	"github.com/sluice-dev/sluice/sidecar/proxy"
 )
 
 // Options are the sidecar's settings, as its flags and environment give them.
@@ -37,7 +36,7 @@ type Options struct {
 	LogLevel                            string
 	Pprof                               bool
 	// MaxHeaderBytes, ReadHeaderTimeout and IdleTimeout bound what a client may send and how
-	// slowly (see proxy.ServerOptions).
+	// slowly (the sidecar's proxy.ServerOptions).
 	MaxHeaderBytes                 int
 	ReadHeaderTimeout, IdleTimeout time.Duration
 	// RedisPassword is $SLUICE_REDIS_PASSWORD (inject.EnvRedisPassword); no flag sets it, so
@@ -53,9 +52,9 @@ func NewFlagSet(o *Options, h flag.ErrorHandling) *flag.FlagSet {
 	fs.StringVar(&o.PodLabelsFile, inject.FlagPodLabelsFile, path.Join(inject.PodInfoDir, inject.PodLabelsFile), "downward API labels file (key=\"value\" lines); empty for none")
 	fs.StringVar(&o.PodLabels, inject.FlagPodLabels, "", "pod labels as k=v,k2=v2; override the file's")
 	sharedFlags(fs, o)
-	fs.IntVar(&o.MaxHeaderBytes, inject.FlagMaxHeaderBytes, proxy.DefaultMaxHeaderBytes, "largest request head (request line and header fields) in bytes; larger ones are answered 431 (414 for the request line)")
-	fs.DurationVar(&o.ReadHeaderTimeout, inject.FlagReadHeaderTimeout, proxy.DefaultReadHeaderTimeout, "how long a client may take to send a request's head")
-	fs.DurationVar(&o.IdleTimeout, inject.FlagIdleTimeout, proxy.DefaultIdleTimeout, "how long a kept-alive client connection may wait for its next request")
+	fs.IntVar(&o.MaxHeaderBytes, inject.FlagMaxHeaderBytes, inject.DefaultMaxHeaderBytes, "largest request head (request line and header fields) in bytes; larger ones are answered 431 (414 for the request line)")
+	fs.DurationVar(&o.ReadHeaderTimeout, inject.FlagReadHeaderTimeout, inject.DefaultReadHeaderTimeout, "how long a client may take to send a request's head")
+	fs.DurationVar(&o.IdleTimeout, inject.FlagIdleTimeout, inject.DefaultIdleTimeout, "how long a kept-alive client connection may wait for its next request")
 	return fs
 }
 
