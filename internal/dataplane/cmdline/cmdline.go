@@ -17,6 +17,7 @@ import (
 	"github.com/sluice-dev/sluice/internal/inject"
 	"github.com/sluice-dev/sluice/internal/limiter"
 	"github.com/sluice-dev/sluice/internal/limiter/redisstore"
+	"github.com/sluice-dev/sluice/internal/limiter/redisurl"
 	"github.com/sluice-dev/sluice/internal/policy"
 )
 
@@ -63,7 +64,7 @@ func NewFlagSet(o *Options, h flag.ErrorHandling) *flag.FlagSet {
 func sharedFlags(fs *flag.FlagSet, o *Options) {
 	fs.StringVar(&o.Config, inject.FlagConfig, path.Join(inject.PoliciesDir, policy.DataKey), "rendered policies file; absent means no policies")
 	fs.StringVar(&o.PodName, inject.FlagPodName, "", "this pod's name (the webhook sets "+inject.EnvName(inject.FlagPodName)+" from the downward API); ranks the pod for its exact local share, which is 0 while empty and the policy lists its pods")
-	fs.StringVar(&o.RedisURL, inject.FlagRedisURL, "", "Redis URL ("+strings.Join(redisstore.URLSchemes(), "://, ")+"://); empty decides locally")
+	fs.StringVar(&o.RedisURL, inject.FlagRedisURL, "", "Redis URL ("+strings.Join(redisurl.URLSchemes(), "://, ")+"://); empty decides locally")
 	fs.DurationVar(&o.RedisTimeout, inject.FlagRedisTimeout, redisstore.DefaultTimeout, "budget of one Redis call")
 	fs.DurationVar(&o.RedisIdleTimeout, inject.FlagRedisIdleTimeout, redisstore.DefaultIdleTimeout, "close Redis connections unused for this long, so a quiet pod holds none (at most "+fmt.Sprint(redisstore.MaxConns)+" per Redis node otherwise); 0 never closes them")
 	fs.StringVar(&o.MetricsListen, inject.FlagMetricsListen, fmt.Sprintf(":%d", inject.DefaultMetricsPort), "address of /metrics, /healthz and /readyz")
