@@ -57,6 +57,9 @@ func runQuota(args []string, stdout, stderr io.Writer) int {
 		}
 		return 2
 	}
+	if strayArgument(fs, stderr) {
+		return 2
+	}
 	if *policyName == "" || *ruleName == "" || *keyValues == "" || *redisURL == "" || (*namespace == "" && *policiesFile == "") {
 		fmt.Fprintln(stderr, "sluicectl quota: -n, --policy, --rule, --key and --redis-url are required")
 		fs.Usage()

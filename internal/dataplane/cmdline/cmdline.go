@@ -8,6 +8,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"net"
 	"path"
 	"strings"
 	"time"
@@ -113,10 +114,40 @@ func parse(fs *flag.FlagSet, o *Options, args []string, lookupEnv func(string) (
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
+	// Go's flag package stops at the first argument that is not a flag: every flag after a
+	// stray word would be ignored, and limiting silently changed.
+	if fs.NArg() > 0 {
+		return fmt.Errorf("unexpected argument %q: %s takes flags only, and would ignore every flag after it", fs.Arg(0), fs.Name())
+	}
 	if err := envDefaults(fs, lookupEnv); err != nil {
 		return err
 	}
 	o.RedisPassword, _ = lookupEnv(inject.EnvRedisPassword)
+	return contradictions(fs)
+}
+
+// contradictions rejects flags that cannot hold together: two listeners on one address, a
+// breaker's longest cooldown below its first.
+func contradictions(fs *flag.FlagSet) error {
+	addrs := map[string]string{} // address -> flag
+	for _, name := range []string{inject.FlagListen, inject.FlagGRPCListen, inject.FlagMetricsListen} {
+		f := fs.Lookup(name)
+		if f == nil {
+			continue
+		}
+		addr := f.Value.String()
+		if _, port, err := net.SplitHostPort(addr); err == nil && port == "0" {
+			continue // each gets a port of its own
+		}
+		if other, ok := addrs[addr]; ok {
+			return fmt.Errorf("--%s and --%s are both %q: they must differ", other, name, addr)
+		}
+		addrs[addr] = name
+	}
+	cd, maxCD := fs.Lookup(inject.FlagBreakerCooldown).Value.(flag.Getter), fs.Lookup(inject.FlagBreakerMaxCooldown).Value.(flag.Getter)
+	if a, b := cd.Get().(time.Duration), maxCD.Get().(time.Duration); b < a {
+		return fmt.Errorf("--%s %s is below --%s %s", inject.FlagBreakerMaxCooldown, b, inject.FlagBreakerCooldown, a)
+	}
 	return nil
 }
 
