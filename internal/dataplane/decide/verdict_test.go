@@ -16,7 +16,9 @@ func TestVerdictShowsTheDecidingRule(t *testing.T) {
 	allow := func(rem int64, delay time.Duration) limiter.Result {
 		return limiter.Result{Allowed: true, Remaining: rem, Delay: delay}
 	}
-	deny := func(retry time.Duration) limiter.Result { return limiter.Result{RetryAfter: retry, ResetAfter: time.Hour} }
+	deny := func(retry time.Duration) limiter.Result {
+		return limiter.Result{RetryAfter: retry, ResetAfter: time.Hour}
+	}
 	type add struct {
 		rule *config.Rule
 		res  limiter.Result
@@ -32,7 +34,7 @@ func TestVerdictShowsTheDecidingRule(t *testing.T) {
 		"shadow denial does not deny":   {[]add{{a, allow(5, 0)}, {shadow, deny(time.Second)}}, shadow, false, 0},
 		"longest retry of the denials":  {[]add{{a, deny(time.Second)}, {b, deny(3 * time.Second)}, {shadow, deny(time.Minute)}}, b, true, 0},
 		"denial over any allowance":     {[]add{{a, deny(time.Second)}, {b, allow(0, 0)}}, a, true, 0},
-		"longest delay of the enforced": {[]add{{a, allow(5, time.Second)}, {b, allow(6, 2 * time.Second)}, {shadow, allow(9, time.Minute)}}, a, false, 2 * time.Second},
+		"longest delay of the enforced": {[]add{{a, allow(5, time.Second)}, {b, allow(6, 2*time.Second)}, {shadow, allow(9, time.Minute)}}, a, false, 2 * time.Second},
 		"no delay once denied":          {[]add{{a, allow(5, time.Second)}, {b, deny(time.Second)}}, b, true, 0},
 		"never passes: reset is retry":  {[]add{{a, limiter.Result{RetryAfter: -1, ResetAfter: time.Minute}}, {b, deny(time.Second)}}, a, true, 0},
 	} {
