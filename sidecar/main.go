@@ -18,7 +18,6 @@ import (
 	"flag"
 	"fmt"
 	"net"
-	"net/http"
 	"net/url"
 	"os"
 	"os/signal"
@@ -108,26 +107,10 @@ func run() error {
 		IdleTimeout:       o.IdleTimeout,
 		Log:               log,
 	})
-	admin := &http.Server{Addr: o.MetricsListen, Handler: m.AdminHandler(ready, o.Pprof), ReadHeaderTimeout: 5 * time.Second}
-
-	ln, err := net.Listen("tcp", o.Listen)
+	admin, err := eng.Serve(ctx, engine.Serving{Key: "listen", Addr: o.Listen, Serve: srv.Serve, Ready: ready,
+		Attrs: []any{"upstream", target.String(), "config", o.Config, "podLabelsFile", o.PodLabelsFile}})
 	if err != nil {
 		return err
-	}
-	aln, err := net.Listen("tcp", o.MetricsListen)
-	if err != nil {
-		return err
-	}
-	errc := make(chan error, 2)
-	go func() { errc <- srv.Serve(ln) }()
-	go func() { errc <- admin.Serve(aln) }()
-	log.Info("Serving", "listen", ln.Addr().String(), "upstream", target.String(), "metrics", aln.Addr().String(),
-		"config", o.Config, "podLabelsFile", o.PodLabelsFile)
-
-	select {
-	case err := <-errc:
-		return err
-	case <-ctx.Done():
 	}
 	draining.Store(true)
 	log.Info("Shutting down: draining in-flight requests", "timeout", o.ShutdownTimeout)

@@ -19,8 +19,6 @@ import (
 	"errors"
 	"flag"
 	"fmt"
-	"net"
-	"net/http"
 	"os"
 	"os/signal"
 	"sync/atomic"
@@ -88,24 +86,10 @@ func run() error {
 		}
 		return nil
 	}
-	admin := &http.Server{Addr: o.MetricsListen, Handler: m.AdminHandler(ready, o.Pprof), ReadHeaderTimeout: 5 * time.Second}
-	ln, err := net.Listen("tcp", o.GRPCListen)
+	admin, err := eng.Serve(ctx, engine.Serving{Key: "grpc", Addr: o.GRPCListen, Serve: srv.Serve, Ready: ready,
+		Attrs: []any{"config", o.Config, "podName", o.PodName}})
 	if err != nil {
 		return err
-	}
-	aln, err := net.Listen("tcp", o.MetricsListen)
-	if err != nil {
-		return err
-	}
-	errc := make(chan error, 2)
-	go func() { errc <- srv.Serve(ln) }()
-	go func() { errc <- admin.Serve(aln) }()
-	log.Info("Serving", "grpc", ln.Addr().String(), "metrics", aln.Addr().String(), "config", o.Config, "podName", o.PodName)
-
-	select {
-	case err := <-errc:
-		return err
-	case <-ctx.Done():
 	}
 	draining.Store(true)
 	hs.Shutdown()

@@ -46,6 +46,8 @@ type Engine struct {
 	Leases *lease.Engine
 
 	log       *slog.Logger
+	flags     *cmdline.Options
+	metrics   *metrics.Metrics
 	clk       clock.WithTicker
 	redis     *redisWiring
 	closeOnce sync.Once
@@ -62,9 +64,11 @@ func Open(o Options) (*Engine, error) {
 	}
 	f := o.Flags
 	e := &Engine{
-		Local: limiter.NewMemoryStore(limiter.MemoryStoreOptions{MaxKeys: f.LocalMaxKeys}),
-		log:   o.Log,
-		clk:   o.Clock,
+		Local:   limiter.NewMemoryStore(limiter.MemoryStoreOptions{MaxKeys: f.LocalMaxKeys}),
+		log:     o.Log,
+		flags:   f,
+		metrics: o.Metrics,
+		clk:     o.Clock,
 	}
 	do := decide.Options{Local: e.Local, Metrics: o.Metrics, Log: o.Log, Clock: o.Clock}
 	// decider is set once made: the breakers' transitions read its worst state.

@@ -40,7 +40,7 @@ func TestOpen(t *testing.T) {
 	t.Run("redis", func(t *testing.T) {
 		srv := redisserver.StartTest(t)
 		for _, leases := range []bool{false, true} {
-			e, err := Open(Options{Flags: parse(t, "--redis-url", srv.URL()), Metrics: metrics.New(), Leases: leases})
+			e, err := Open(Options{Flags: parse(t, "--redis-url", srv.URL(), "--redis-timeout", "5s"), Metrics: metrics.New(), Leases: leases})
 			if err != nil {
 				t.Fatal(err)
 			}
