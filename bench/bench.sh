@@ -123,10 +123,10 @@ go build -o "$OUT/manager" ./cmd/manager
   echo
   KUBEBUILDER_ASSETS="$(hack/envtest-assets.sh)" go run ./bench/controlplane -manager "$OUT/manager"
   echo
-  echo "The sidecar's side: loading the compressed file of 80 policies × 64 rules (parse, gunzip, compile, select; the request path reads the previous configuration through an atomic pointer until the new one is stored), \`go test -run '^\$' -bench BenchmarkLoadCompressed -benchmem ./sidecar/config\`:"
+  echo "The sidecar's side: loading the compressed file of 80 policies × 64 rules (parse, gunzip, compile, select; the request path reads the previous configuration through an atomic pointer until the new one is stored), \`go test -run '^\$' -bench BenchmarkLoadCompressed -benchmem ./internal/dataplane/config\`:"
   echo
   echo '```'
-  go test -run '^$' -bench BenchmarkLoadCompressed -benchmem -count 3 ./sidecar/config | grep -E '^Benchmark|^cpu'
+  go test -run '^$' -bench BenchmarkLoadCompressed -benchmem -count 3 ./internal/dataplane/config | grep -E '^Benchmark|^cpu'
   echo '```'
 } > "$OUT/section-20-controlplane.md"
 rm -f "$OUT/manager"

@@ -15,7 +15,7 @@ import (
 
 	"github.com/sluice-dev/sluice/internal/policy"
 	"github.com/sluice-dev/sluice/internal/testutil/redisserver"
-	st "github.com/sluice-dev/sluice/sidecar/internal/sidecartest"
+	st "github.com/sluice-dev/sluice/internal/testutil/sidecartest"
 )
 
 // The fault matrix of issue 15: each test starts the real processes (redis-server, sentinels,

@@ -19,7 +19,7 @@ import (
 	"github.com/sluice-dev/sluice/internal/policy"
 	"github.com/sluice-dev/sluice/internal/testutil/proc"
 	"github.com/sluice-dev/sluice/internal/testutil/redisserver"
-	st "github.com/sluice-dev/sluice/sidecar/internal/sidecartest"
+	st "github.com/sluice-dev/sluice/internal/testutil/sidecartest"
 )
 
 // The black-box tests in this package run the built sluice-sidecar binary. It is built once

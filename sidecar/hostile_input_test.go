@@ -9,8 +9,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/sluice-dev/sluice/internal/inject"
 	"github.com/sluice-dev/sluice/internal/testutil/proc"
-	"github.com/sluice-dev/sluice/sidecar/proxy"
 )
 
 // smuggled is the request a desynchronised parser would see in the body.
@@ -143,7 +143,7 @@ func sendBig(t *testing.T, sc *sidecar, req string) int {
 
 // TestHeaderLimits: headers over the limit get 431 and a request line over it a 4xx (414 is
 // the precise code; net/http answers 431 because it counts the line in the header limit),
-// both with the default limit (64 KiB, proxy.DefaultMaxHeaderBytes) and with --max-header-bytes, and nothing reaches the
+// both with the default limit (64 KiB, inject.DefaultMaxHeaderBytes) and with --max-header-bytes, and nothing reaches the
 // application; a request under the limit passes.
 func TestHeaderLimits(t *testing.T) {
 	bigHeader := func(n int) string {
@@ -192,7 +192,7 @@ func TestSlowClients(t *testing.T) {
 		mark := up.mark()
 		c := dialRaw(t, sc.Addr)
 		c.send(t, "GET /slow-headers HTTP/1.1\r\nHost: app\r\nX-Part: ")
-		rest, err := c.closedByPeer(proxy.DefaultReadHeaderTimeout / 2)
+		rest, err := c.closedByPeer(inject.DefaultReadHeaderTimeout / 2)
 		if err != nil {
 			t.Error(err)
 		}
@@ -207,7 +207,7 @@ func TestSlowClients(t *testing.T) {
 		if resp, _, _ := c.response(t, http.MethodGet); resp.StatusCode != 200 {
 			t.Fatalf("answered %d", resp.StatusCode)
 		}
-		if rest, err := c.closedByPeer(proxy.DefaultIdleTimeout / 2); err != nil || len(rest) > 0 {
+		if rest, err := c.closedByPeer(inject.DefaultIdleTimeout / 2); err != nil || len(rest) > 0 {
 			t.Errorf("idle connection: %v %q", err, rest)
 		}
 	})

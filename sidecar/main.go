@@ -5,7 +5,7 @@
 //
 // Every flag can also be set as an environment variable: SLUICE_ and the flag name in upper
 // case with '-' as '_' (e.g. SLUICE_REDIS_URL). A flag on the command line wins. The flags, and
-// the names the webhook injects them with, are in package sidecar/cmdline and internal/inject.
+// the names the webhook injects them with, are in package internal/dataplane/cmdline and internal/inject.
 package main
 
 import (
@@ -18,7 +18,6 @@ import (
 	"flag"
 	"fmt"
 	"net"
-	"net/http"
 	"net/url"
 	"os"
 	"os/signal"
@@ -26,15 +25,11 @@ import (
 	"syscall"
 	"time"
 
-	"k8s.io/utils/clock"
-
+	"github.com/sluice-dev/sluice/internal/dataplane/cmdline"
+	"github.com/sluice-dev/sluice/internal/dataplane/config"
+	"github.com/sluice-dev/sluice/internal/dataplane/engine"
+	"github.com/sluice-dev/sluice/internal/dataplane/metrics"
 	"github.com/sluice-dev/sluice/internal/inject"
-	"github.com/sluice-dev/sluice/internal/limiter"
-	"github.com/sluice-dev/sluice/internal/limiter/lease"
-	"github.com/sluice-dev/sluice/sidecar/breaker"
-	"github.com/sluice-dev/sluice/sidecar/cmdline"
-	"github.com/sluice-dev/sluice/sidecar/config"
-	"github.com/sluice-dev/sluice/sidecar/metrics"
 	"github.com/sluice-dev/sluice/sidecar/proxy"
 )
 
@@ -72,50 +67,17 @@ func run() error {
 	loader.Recheck = o.ReloadInterval
 	loader.PodName = o.PodName
 
-	// handler is set once made: the breakers' transitions read its worst state.
-	var handler atomic.Pointer[proxy.Handler]
-	opts := proxy.Options{
-		Upstream: target,
-		Config:   loader.Current,
-		Local:    limiter.NewMemoryStore(limiter.MemoryStoreOptions{MaxKeys: o.LocalMaxKeys}),
-		Metrics:  m,
-		Log:      log,
+	eng, err := engine.Open(engine.Options{Flags: o, Metrics: m, Log: log, Leases: true})
+	if err != nil {
+		return err
 	}
-	if o.RedisURL != "" {
-		r, err := cmdline.OpenRedis(o, m, log, func() breaker.State {
-			if h := handler.Load(); h != nil {
-				return h.BreakerState()
-			}
-			return breaker.Closed
-		})
-		if err != nil {
-			return err
-		}
-		defer r.Close()
-		opts.Remote = r.Store
-		opts.Leases = lease.New(r.Store, lease.Options{})
-		leases := opts.Leases
-		m.RegisterLeases(func() metrics.LeaseStats {
-			s := leases.Stats()
-			return metrics.LeaseStats{Decisions: s.Decisions, StoreCalls: s.StoreCalls, Leases: s.Leases, UnitsReturned: s.UnitsReturned}
-		})
-		// What the local share admits while Redis is unreachable is charged to Redis when it
-		// is back, for at most as many keys as the local store holds.
-		opts.BacklogMaxKeys = o.LocalMaxKeys
-		opts.Breaker, opts.MasterBreaker = r.Breaker, r.MasterBreaker
-	} else {
-		log.Warn("No --redis-url: every limit is decided in this pod with its share (limit / replicas), as in failure mode Local")
-	}
-	h := proxy.New(opts)
-	handler.Store(h)
+	defer eng.Close()
+	h := proxy.New(proxy.Options{Upstream: target, Config: loader.Current, Decider: eng.Decider, Metrics: m, Log: log})
 
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
 	defer stop()
 	go func() { _ = loader.Run(ctx) }()
-	go cmdline.SweepLocal(ctx, clock.RealClock{}, opts.Local.(*limiter.MemoryStore))
-	if leases := opts.Leases; leases != nil {
-		go cmdline.Every(ctx, clock.RealClock{}, leaseSweep, func(now time.Time) { leases.Sweep(ctx, now) })
-	}
+	eng.Start(ctx)
 
 	var draining atomic.Bool
 	ready := func() error {
@@ -145,26 +107,10 @@ func run() error {
 		IdleTimeout:       o.IdleTimeout,
 		Log:               log,
 	})
-	admin := &http.Server{Addr: o.MetricsListen, Handler: m.AdminHandler(ready, o.Pprof), ReadHeaderTimeout: 5 * time.Second}
-
-	ln, err := net.Listen("tcp", o.Listen)
+	admin, err := eng.Serve(ctx, engine.Serving{Key: "listen", Addr: o.Listen, Serve: srv.Serve, Ready: ready,
+		Attrs: []any{"upstream", target.String(), "config", o.Config, "podLabelsFile", o.PodLabelsFile}})
 	if err != nil {
 		return err
-	}
-	aln, err := net.Listen("tcp", o.MetricsListen)
-	if err != nil {
-		return err
-	}
-	errc := make(chan error, 2)
-	go func() { errc <- srv.Serve(ln) }()
-	go func() { errc <- admin.Serve(aln) }()
-	log.Info("Serving", "listen", ln.Addr().String(), "upstream", target.String(), "metrics", aln.Addr().String(),
-		"config", o.Config, "podLabelsFile", o.PodLabelsFile)
-
-	select {
-	case err := <-errc:
-		return err
-	case <-ctx.Done():
 	}
 	draining.Store(true)
 	log.Info("Shutting down: draining in-flight requests", "timeout", o.ShutdownTimeout)
@@ -172,20 +118,10 @@ func run() error {
 	defer cancel()
 	err = srv.Shutdown(sctx)
 	_ = admin.Shutdown(sctx)
-	if opts.Leases != nil {
-		// Give the leases' unused units back to the fleet (before the store closes).
-		rctx, rcancel := context.WithTimeout(context.Background(), time.Second)
-		opts.Leases.ReturnAll(rctx)
-		rcancel()
-		log.Info("Returned unused leased units", "unitsReturned", opts.Leases.Stats().UnitsReturned)
-	}
+	eng.Close() // gives the leases' unused units back to the fleet
 	if err != nil {
 		return fmt.Errorf("draining: %w", err)
 	}
 	log.Info("Drained; exiting")
 	return nil
 }
-
-// leaseSweep is how often the sidecar ends expired leases and gives back their unused units:
-// a lease's units return at most this long after it ends (or at its key's next request).
-const leaseSweep = 20 * time.Millisecond

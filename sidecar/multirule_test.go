@@ -15,7 +15,7 @@ import (
 	"github.com/sluice-dev/sluice/internal/policy"
 	"github.com/sluice-dev/sluice/internal/testutil/proc"
 	"github.com/sluice-dev/sluice/internal/testutil/redisserver"
-	st "github.com/sluice-dev/sluice/sidecar/internal/sidecartest"
+	st "github.com/sluice-dev/sluice/internal/testutil/sidecartest"
 )
 
 // TestMultiRuleRequestChargesNothingWhenDenied is issue 21's scenario through the built

@@ -32,15 +32,15 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
+	"github.com/sluice-dev/sluice/internal/dataplane/breaker"
+	"github.com/sluice-dev/sluice/internal/dataplane/config"
+	"github.com/sluice-dev/sluice/internal/dataplane/decide"
+	"github.com/sluice-dev/sluice/internal/dataplane/metrics"
 	"github.com/sluice-dev/sluice/internal/limiter"
 	"github.com/sluice-dev/sluice/internal/limiter/redisstore"
 	"github.com/sluice-dev/sluice/internal/policy"
 	"github.com/sluice-dev/sluice/internal/rls"
 	"github.com/sluice-dev/sluice/internal/testutil/redisserver"
-	"github.com/sluice-dev/sluice/sidecar/breaker"
-	"github.com/sluice-dev/sluice/sidecar/config"
-	"github.com/sluice-dev/sluice/sidecar/decide"
-	"github.com/sluice-dev/sluice/sidecar/metrics"
 	"github.com/sluice-dev/sluice/sidecar/proxy"
 )
 
@@ -119,8 +119,7 @@ func run(clients int, d time.Duration) error {
 	go func() { _ = up.Serve(uln) }()
 	defer func() { _ = up.Close() }()
 	target, _ := url.Parse("http://" + uln.Addr().String())
-	d0 := newDecider(sm)
-	h := proxy.New(proxy.Options{Upstream: target, Config: sl.Current, Remote: d0.Remote, Breaker: d0.Breaker, Local: d0.Local, Metrics: sm, Log: log})
+	h := proxy.New(proxy.Options{Upstream: target, Config: sl.Current, Decider: decide.New(newDecider(sm)), Metrics: sm, Log: log})
 	ps := proxy.NewServer(h, proxy.ServerOptions{Log: log})
 	pln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {

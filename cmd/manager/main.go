@@ -3,12 +3,12 @@
 package main
 
 import (
+	"fmt"
 	// Calendar rules name IANA time zones; the images are distroless/static, so the binary
 	// carries its own copy of the database rather than trust the image to.
 	_ "time/tzdata"
 
 	"flag"
-	"fmt"
 	"os"
 	"strings"
 	"time"
@@ -69,6 +69,10 @@ func main() {
 	opts := zap.Options{}
 	opts.BindFlags(flag.CommandLine)
 	flag.Parse()
+	if err := flagContradictions(metricsSecure, metricsCertDir); err != nil {
+		fmt.Fprintln(os.Stderr, "manager:", err)
+		os.Exit(2)
+	}
 	ctrl.SetLogger(zap.New(zap.UseFlagOptions(&opts)))
 	log := ctrl.Log.WithName("setup")
 	fail := func(err error, msg string) {
@@ -181,4 +185,16 @@ func parseResources(cpuRequest, cpuLimit, memoryRequest, memoryLimit string) (co
 		(*f.list)[f.name] = q
 	}
 	return r, nil
+}
+
+// flagContradictions rejects a command line that would not do what it says: a stray argument
+// (Go's flag package ignores every flag after it), a metrics certificate for plain HTTP.
+func flagContradictions(metricsSecure bool, metricsCertDir string) error {
+	if flag.NArg() > 0 {
+		return fmt.Errorf("unexpected argument %q: the manager takes flags only, and would ignore every flag after it", flag.Arg(0))
+	}
+	if !metricsSecure && metricsCertDir != "" {
+		return fmt.Errorf("--metrics-cert-dir %q is set with --metrics-secure=false: plain HTTP uses no certificate", metricsCertDir)
+	}
+	return nil
 }

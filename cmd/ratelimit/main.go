@@ -6,7 +6,7 @@
 // the RLS pods the document lists, --pod-name) and metrics, and reloads the file without a
 // restart.
 //
-// Its flags are the sidecar's shared ones and --grpc-listen (package sidecar/cmdline); each can
+// Its flags are the sidecar's shared ones and --grpc-listen (package internal/dataplane/cmdline); each can
 // be set as SLUICE_<FLAG> too.
 package main
 
@@ -19,8 +19,6 @@ import (
 	"errors"
 	"flag"
 	"fmt"
-	"net"
-	"net/http"
 	"os"
 	"os/signal"
 	"sync/atomic"
@@ -31,15 +29,12 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/health"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
-	"k8s.io/utils/clock"
 
-	"github.com/sluice-dev/sluice/internal/limiter"
+	"github.com/sluice-dev/sluice/internal/dataplane/cmdline"
+	"github.com/sluice-dev/sluice/internal/dataplane/config"
+	"github.com/sluice-dev/sluice/internal/dataplane/engine"
+	"github.com/sluice-dev/sluice/internal/dataplane/metrics"
 	"github.com/sluice-dev/sluice/internal/rls"
-	"github.com/sluice-dev/sluice/sidecar/breaker"
-	"github.com/sluice-dev/sluice/sidecar/cmdline"
-	"github.com/sluice-dev/sluice/sidecar/config"
-	"github.com/sluice-dev/sluice/sidecar/decide"
-	"github.com/sluice-dev/sluice/sidecar/metrics"
 )
 
 func main() {
@@ -65,39 +60,19 @@ func run() error {
 	loader.Recheck = o.ReloadInterval
 	loader.PodName = o.PodName
 
-	local := limiter.NewMemoryStore(limiter.MemoryStoreOptions{MaxKeys: o.LocalMaxKeys})
-	do := decide.Options{Local: local, Metrics: m, Log: log}
-	// decider is set once made: the breakers' transitions read its worst state.
-	var decider atomic.Pointer[decide.Decider]
-	if o.RedisURL != "" {
-		r, err := cmdline.OpenRedis(&o.Options, m, log, func() breaker.State {
-			if d := decider.Load(); d != nil {
-				return d.BreakerState()
-			}
-			return breaker.Closed
-		})
-		if err != nil {
-			return err
-		}
-		defer r.Close()
-		do.Remote, do.Breaker, do.MasterBreaker = r.Store, r.Breaker, r.MasterBreaker
-		// What the local share admits while Redis is unreachable is charged to Redis when it
-		// is back, for at most as many keys as the local store holds.
-		do.BacklogMaxKeys = o.LocalMaxKeys
-	} else {
-		log.Warn("No --redis-url: every limit is decided in this replica with its share, as in failure mode Local")
+	eng, err := engine.Open(engine.Options{Flags: &o.Options, Metrics: m, Log: log})
+	if err != nil {
+		return err
 	}
-
-	d := decide.New(do)
-	decider.Store(d)
+	defer eng.Close()
 
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
 	defer stop()
 	go func() { _ = loader.Run(ctx) }()
-	go cmdline.SweepLocal(ctx, clock.RealClock{}, local)
+	eng.Start(ctx)
 
 	srv := grpc.NewServer()
-	rlsv3.RegisterRateLimitServiceServer(srv, rls.New(rls.Options{Config: loader.Current, Decider: d, Metrics: m}))
+	rlsv3.RegisterRateLimitServiceServer(srv, rls.New(rls.Options{Config: loader.Current, Decider: eng.Decider, Metrics: m}))
 	hs := health.NewServer()
 	healthpb.RegisterHealthServer(srv, hs)
 
@@ -111,24 +86,10 @@ func run() error {
 		}
 		return nil
 	}
-	admin := &http.Server{Addr: o.MetricsListen, Handler: m.AdminHandler(ready, o.Pprof), ReadHeaderTimeout: 5 * time.Second}
-	ln, err := net.Listen("tcp", o.GRPCListen)
+	admin, err := eng.Serve(ctx, engine.Serving{Key: "grpc", Addr: o.GRPCListen, Serve: srv.Serve, Ready: ready,
+		Attrs: []any{"config", o.Config, "podName", o.PodName}})
 	if err != nil {
 		return err
-	}
-	aln, err := net.Listen("tcp", o.MetricsListen)
-	if err != nil {
-		return err
-	}
-	errc := make(chan error, 2)
-	go func() { errc <- srv.Serve(ln) }()
-	go func() { errc <- admin.Serve(aln) }()
-	log.Info("Serving", "grpc", ln.Addr().String(), "metrics", aln.Addr().String(), "config", o.Config, "podName", o.PodName)
-
-	select {
-	case err := <-errc:
-		return err
-	case <-ctx.Done():
 	}
 	draining.Store(true)
 	hs.Shutdown()

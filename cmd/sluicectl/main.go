@@ -3,6 +3,7 @@
 package main
 
 import (
+	"flag"
 	// Calendar rules name IANA time zones; the images are distroless/static, so the binary
 	// carries its own copy of the database rather than trust the image to.
 	_ "time/tzdata"
@@ -49,4 +50,14 @@ func run(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "sluicectl: unknown command %q\n%s", args[0], usage)
 		return 2
 	}
+}
+
+// strayArgument reports, naming it on stderr, an argument left after fs's flags: Go's flag
+// package stops at it and ignores every flag after it.
+func strayArgument(fs *flag.FlagSet, stderr io.Writer) bool {
+	if fs.NArg() == 0 {
+		return false
+	}
+	fmt.Fprintf(stderr, "sluicectl %s: unexpected argument %q: flags after it would be ignored\n", fs.Name(), fs.Arg(0))
+	return true
 }

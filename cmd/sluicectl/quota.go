@@ -15,10 +15,10 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/clientcmd"
 
+	"github.com/sluice-dev/sluice/internal/dataplane/keys"
 	"github.com/sluice-dev/sluice/internal/limiter"
 	"github.com/sluice-dev/sluice/internal/limiter/redisstore"
 	"github.com/sluice-dev/sluice/internal/policy"
-	"github.com/sluice-dev/sluice/sidecar/keys"
 )
 
 const quotaUsage = `usage: sluicectl quota get|reset -n NAMESPACE --policy NAME --rule RULE --key VALUE[,VALUE...]
@@ -55,6 +55,9 @@ func runQuota(args []string, stdout, stderr io.Writer) int {
 		if errors.Is(err, flag.ErrHelp) {
 			return 0
 		}
+		return 2
+	}
+	if strayArgument(fs, stderr) {
 		return 2
 	}
 	if *policyName == "" || *ruleName == "" || *keyValues == "" || *redisURL == "" || (*namespace == "" && *policiesFile == "") {

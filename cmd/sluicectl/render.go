@@ -39,7 +39,10 @@ func runRender(args []string, stdout, stderr io.Writer) int {
 	if err := fs.Parse(args); err != nil {
 		return 2
 	}
-	if len(files) == 0 || fs.NArg() > 0 || *replicas < 0 || *replicas > 1<<30 || (*output != "json" && *output != "configmap") {
+	if strayArgument(fs, stderr) {
+		return 2
+	}
+	if len(files) == 0 || *replicas < 0 || *replicas > 1<<30 || (*output != "json" && *output != "configmap") {
 		fmt.Fprintln(stderr, "usage: sluicectl render -f policy.yaml [-f another.yaml] [--replicas N | --pods NAME,NAME] [--namespace NS] [--pretty] [-o json|configmap]")
 		return 2
 	}

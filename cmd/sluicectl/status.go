@@ -36,7 +36,10 @@ func runStatus(args []string, stdout, stderr io.Writer) int {
 	if err := fs.Parse(args); err != nil {
 		return 2
 	}
-	if fs.NArg() > 0 || *interval < 100*time.Millisecond || *interval > 10*time.Minute {
+	if strayArgument(fs, stderr) {
+		return 2
+	}
+	if *interval < 100*time.Millisecond || *interval > 10*time.Minute {
 		fmt.Fprintln(stderr, "usage: sluicectl status [-n NAMESPACE] [--interval 5s (100ms to 10m)] [--kubeconfig FILE] [--context NAME]")
 		return 2
 	}

@@ -2,6 +2,7 @@ package devenv
 
 import (
 	"context"
+	"flag"
 	"fmt"
 	"io"
 	"log/slog"
@@ -14,44 +15,48 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 
-	"github.com/sluice-dev/sluice/internal/limiter"
-	"github.com/sluice-dev/sluice/internal/limiter/redisstore"
+	"github.com/sluice-dev/sluice/internal/dataplane/cmdline"
+	"github.com/sluice-dev/sluice/internal/dataplane/config"
+	"github.com/sluice-dev/sluice/internal/dataplane/engine"
+	"github.com/sluice-dev/sluice/internal/dataplane/metrics"
+	"github.com/sluice-dev/sluice/internal/inject"
 	"github.com/sluice-dev/sluice/internal/rls"
-	"github.com/sluice-dev/sluice/sidecar/breaker"
-	"github.com/sluice-dev/sluice/sidecar/config"
-	"github.com/sluice-dev/sluice/sidecar/decide"
-	"github.com/sluice-dev/sluice/sidecar/metrics"
 )
 
-// StartRLS runs the RLS server as cmd/ratelimit wires it (the loader reloading file, Redis at
-// redisURL with the breaker, a local store) on a loopback port until ctx is done, and returns
-// its address.
+// StartRLS runs the RLS server as cmd/ratelimit wires it (its flags' defaults with --config
+// file and --redis-url redisURL, the loader reloading the file, the engine of engine.Open) on a
+// loopback port until ctx is done, and returns its address.
 func StartRLS(ctx context.Context, file, redisURL string) (string, error) {
+	o, err := cmdline.ParseRLS([]string{"--" + inject.FlagConfig, file, "--" + inject.FlagRedisURL, redisURL},
+		flag.ContinueOnError, func(string) (string, bool) { return "", false })
+	if err != nil {
+		return "", err
+	}
+	log := slog.New(slog.NewJSONHandler(io.Discard, nil))
 	m := metrics.New()
-	loader := config.NewLoader(file, "", nil, m, slog.New(slog.NewJSONHandler(io.Discard, nil)))
+	loader := config.NewLoader(o.Config, "", nil, m, log)
 	loader.Domains = true
 	if err := loader.Load(); err != nil {
 		return "", err
 	}
-	go func() { _ = loader.Run(ctx) }()
-	client, err := redisstore.NewClientFromURL(redisURL)
+	eng, err := engine.Open(engine.Options{Flags: &o.Options, Metrics: m, Log: log})
 	if err != nil {
 		return "", err
 	}
-	store := redisstore.New(client, redisstore.Options{})
-	d := decide.New(decide.Options{Remote: store, Breaker: breaker.New(breaker.Options{}), Local: limiter.NewMemoryStore(limiter.MemoryStoreOptions{}), Metrics: m})
 	srv := grpc.NewServer()
-	rlsv3.RegisterRateLimitServiceServer(srv, rls.New(rls.Options{Config: loader.Current, Decider: d, Metrics: m}))
+	rlsv3.RegisterRateLimitServiceServer(srv, rls.New(rls.Options{Config: loader.Current, Decider: eng.Decider, Metrics: m}))
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
+		eng.Close()
 		return "", err
 	}
+	go func() { _ = loader.Run(ctx) }()
+	eng.Start(ctx)
 	go func() { _ = srv.Serve(ln) }()
 	go func() {
 		<-ctx.Done()
 		srv.Stop()
-		_ = store.Close()
-		_ = client.Close()
+		eng.Close()
 	}()
 	return ln.Addr().String(), nil
 }

@@ -12,10 +12,10 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
+	"github.com/sluice-dev/sluice/internal/dataplane/cmdline"
 	"github.com/sluice-dev/sluice/internal/inject"
 	"github.com/sluice-dev/sluice/internal/policy"
 	"github.com/sluice-dev/sluice/internal/webhook"
-	"github.com/sluice-dev/sluice/sidecar/cmdline"
 )
 
 // TestInjectedContainerParsesWithTheSidecarsFlags injects a pod through the webhook's own code

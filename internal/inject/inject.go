@@ -7,7 +7,10 @@
 // It imports the standard library only, so that every binary can depend on it.
 package inject
 
-import "strings"
+import (
+	"strings"
+	"time"
+)
 
 // The annotations a pod (in practice, a workload's pod template) uses to ask for the sidecar.
 // Only AnnotationInject is needed; the others override one setting for that pod.
@@ -54,6 +57,13 @@ const (
 	DefaultMetricsPort int32 = 9090
 	// DefaultRLSPort is the RLS server's gRPC port (--grpc-listen).
 	DefaultRLSPort int32 = 8081
+
+	// DefaultMaxHeaderBytes, DefaultReadHeaderTimeout and DefaultIdleTimeout are the sidecar's
+	// bounds on a client's request head and connections (--max-header-bytes,
+	// --read-header-timeout, --idle-timeout), and its proxy server's when they are zero.
+	DefaultMaxHeaderBytes                  = 64 << 10
+	DefaultReadHeaderTimeout time.Duration = 10 * time.Second
+	DefaultIdleTimeout       time.Duration = 120 * time.Second
 
 	// PoliciesVolume and PodInfoVolume are the volumes added to the pod.
 	PoliciesVolume = "sluice-policies"

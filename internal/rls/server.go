@@ -1,7 +1,7 @@
 // Package rls serves Envoy's rate limit service protocol (envoy.service.ratelimit.v3,
 // ShouldRateLimit) with Sluice's rendered policies: the descriptor rules of the policies that
 // declare a domain, decided with the sidecar's stores, breaker, failure modes, local shares and
-// metrics (packages sidecar/config, sidecar/decide, sidecar/metrics).
+// metrics (packages internal/dataplane/config, decide and metrics).
 //
 // Semantics, after envoyproxy/ratelimit where it documents them:
 //   - A descriptor is matched by every descriptor rule of the request's domain whose entries
@@ -41,11 +41,10 @@ import (
 	"google.golang.org/protobuf/types/known/wrapperspb"
 	"k8s.io/utils/clock"
 
+	"github.com/sluice-dev/sluice/internal/dataplane/config"
+	"github.com/sluice-dev/sluice/internal/dataplane/decide"
+	"github.com/sluice-dev/sluice/internal/dataplane/metrics"
 	"github.com/sluice-dev/sluice/internal/limiter"
-	"github.com/sluice-dev/sluice/sidecar/config"
-	"github.com/sluice-dev/sluice/sidecar/decide"
-	"github.com/sluice-dev/sluice/sidecar/metrics"
-	"github.com/sluice-dev/sluice/sidecar/proxy"
 )
 
 // Options configure a Server.
@@ -74,19 +73,11 @@ func New(opts Options) *Server {
 	return &Server{opts: opts}
 }
 
-// take is one rule's take for one descriptor.
-type take struct {
-	desc int
-	rule *config.Rule
-}
-
+// scratch is one call's list of the descriptor each added rule matched, in the order they
+// were added to the decide.Request.
 type scratch struct {
-	takes []take
-	lt    []limiter.Take
-	res   []limiter.Result
+	descs []int
 	rules []*config.Rule
-	pols  []*config.Policy
-	key   []byte
 }
 
 var pool = sync.Pool{New: func() any { return new(scratch) }}
@@ -110,7 +101,8 @@ func (s *Server) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitReques
 		return resp, nil
 	}
 	sc := pool.Get().(*scratch)
-	defer func() { sc.reset(); pool.Put(sc) }()
+	rq := decide.NewRequest()
+	defer func() { rq.Release(); sc.reset(); pool.Put(sc) }()
 	for i, d := range descs {
 		entries := d.GetEntries()
 		n := hits(req.GetHitsAddend(), d)
@@ -121,23 +113,19 @@ func (s *Server) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitReques
 			if !r.MatchesDescriptor(len(entries), func(j int) string { return entries[j].GetKey() }, func(j int) string { return entries[j].GetValue() }) {
 				continue
 			}
-			start := len(sc.key)
-			sc.key = r.Key.AppendDescriptor(sc.key, func(k string) string { return entryValue(entries, k) })
-			sc.takes = append(sc.takes, take{desc: i, rule: r})
+			start := len(rq.Key)
+			rq.Key = r.Key.AppendDescriptor(rq.Key, func(k string) string { return entryValue(entries, k) })
+			rq.Add(r.Policy, r, string(rq.Key[start:]), n, false)
+			sc.descs = append(sc.descs, i)
 			sc.rules = append(sc.rules, r)
-			sc.pols = append(sc.pols, r.Policy)
-			sc.lt = append(sc.lt, limiter.Take{Key: string(sc.key[start:]), Limit: r.Limit, N: n, Shadow: r.Shadow})
 		}
 	}
-	if len(sc.lt) == 0 {
+	if rq.Len() == 0 {
 		return resp, nil
 	}
-	sc.res = append(sc.res[:0], make([]limiter.Result, len(sc.lt))...)
-	// TakeRequest keeps the decided rules in place, in order, and drops the Open ones: match
-	// them back to their descriptors by walking both lists.
-	decidedRules, decidedTakes, out, _ := s.opts.Decider.TakeRequest(ctx, sc.pols, sc.rules, sc.lt, now, sc.res)
+	all := s.opts.Decider.Decide(ctx, rq, now)
 	defer func() { s.opts.Metrics.DecisionSeconds.Observe(s.opts.Clock.Since(now).Seconds()) }()
-	switch out {
+	switch all.Outcome {
 	case decide.Unavailable:
 		return nil, status.Error(codes.Unavailable, "sluice: Redis cannot decide and a matching policy has failureMode Closed")
 	case decide.Canceled:
@@ -145,37 +133,34 @@ func (s *Server) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitReques
 	case decide.Skipped:
 		return resp, nil
 	}
-	decide.Count(decidedRules, decidedTakes, sc.res)
-	per := make([]verdict, len(descs))
-	var all verdict
+	// Decide keeps the decided rules in order and drops the Open ones: match them back to
+	// their descriptors by walking both lists.
+	decided, _, res := rq.Decided()
+	per := make([]decide.Verdict, len(descs))
 	j := 0
-	for _, t := range sc.takes {
-		if j == len(decidedRules) || decidedRules[j] != t.rule {
+	for k, rule := range sc.rules {
+		if j == len(decided) || decided[j] != rule {
 			continue // an Open policy's rule, dropped while Redis is down
 		}
-		r := sc.res[j]
+		per[sc.descs[k]].Add(rule, res[j])
 		j++
-		per[t.desc].add(t.rule, r)
-		all.add(t.rule, r)
 	}
 	for i, v := range per {
-		if v.rule == nil {
+		if v.Show == nil {
 			continue
 		}
 		st := resp.Statuses[i]
-		if v.denied {
+		if v.Denied {
 			st.Code = rlsv3.RateLimitResponse_OVER_LIMIT
 			resp.OverallCode = rlsv3.RateLimitResponse_OVER_LIMIT
 		}
-		st.CurrentLimit = currentLimit(v.rule, v.res)
-		st.LimitRemaining = uint32(min(v.res.Remaining, math.MaxUint32))
-		st.DurationUntilReset = durationpb.New(v.res.ResetAfter)
+		st.CurrentLimit = currentLimit(v.Show, v.Res)
+		st.LimitRemaining = uint32(min(v.Res.Remaining, math.MaxUint32))
+		st.DurationUntilReset = durationpb.New(v.Res.ResetAfter)
 	}
-	if all.rule != nil {
-		proxy.RateLimitHeaders(all.rule, all.res, all.denied, func(name, value string) {
-			resp.ResponseHeadersToAdd = append(resp.ResponseHeadersToAdd, &corev3.HeaderValue{Key: name, Value: value})
-		})
-	}
+	all.Headers(func(name, value string) {
+		resp.ResponseHeadersToAdd = append(resp.ResponseHeadersToAdd, &corev3.HeaderValue{Key: name, Value: value})
+	})
 	return resp, nil
 }
 
@@ -199,37 +184,6 @@ func entryValue(entries []*rlsv3common.RateLimitDescriptor_Entry, key string) st
 		}
 	}
 	return ""
-}
-
-// verdict picks the rule whose numbers a descriptor (or the request) reports: the enforced
-// rule that denies with the longest retry when one denies, else the rule with the least
-// remaining (an enforced rule before a shadow one at a tie).
-type verdict struct {
-	rule   *config.Rule
-	res    limiter.Result
-	denied bool
-}
-
-func (v *verdict) add(rule *config.Rule, res limiter.Result) {
-	enforcedDeny := !res.Allowed && !rule.Shadow
-	switch {
-	case enforcedDeny:
-		if !v.denied || retry(res) > retry(v.res) {
-			v.rule, v.res = rule, res
-		}
-		v.denied = true
-	case v.denied:
-	case v.rule == nil || res.Remaining < v.res.Remaining ||
-		(res.Remaining == v.res.Remaining && v.rule.Shadow && !rule.Shadow):
-		v.rule, v.res = rule, res
-	}
-}
-
-func retry(res limiter.Result) time.Duration {
-	if res.RetryAfter < 0 {
-		return res.ResetAfter
-	}
-	return res.RetryAfter
 }
 
 // currentLimit is the rule's limit as Envoy reports it: requests_per_unit the capacity that
@@ -258,11 +212,8 @@ func currentLimit(rule *config.Rule, res limiter.Result) *rlsv3.RateLimitRespons
 }
 
 func (sc *scratch) reset() {
-	clear(sc.takes)
 	clear(sc.rules)
-	clear(sc.pols)
-	clear(sc.lt)
-	sc.takes, sc.rules, sc.pols, sc.lt, sc.res, sc.key = sc.takes[:0], sc.rules[:0], sc.pols[:0], sc.lt[:0], sc.res[:0], sc.key[:0]
+	sc.descs, sc.rules = sc.descs[:0], sc.rules[:0]
 }
 
 func wrapUint32(v uint32) *wrapperspb.UInt32Value { return wrapperspb.UInt32(v) }

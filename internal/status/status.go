@@ -29,7 +29,7 @@ import (
 	"github.com/sluice-dev/sluice/internal/inject"
 )
 
-// The sidecar's metric names and label values this package reads (sidecar/metrics).
+// The sidecar's metric names and label values this package reads (internal/dataplane/metrics).
 const (
 	metricRequests = "sluice_requests_total"
 	metricFallback = "sluice_fallback_decisions_total"

@@ -14,9 +14,9 @@ import (
 	clocktesting "k8s.io/utils/clock/testing"
 
 	"github.com/sluice-dev/sluice/api/v1alpha1"
+	"github.com/sluice-dev/sluice/internal/dataplane/metrics"
 	"github.com/sluice-dev/sluice/internal/inject"
 	"github.com/sluice-dev/sluice/internal/status"
-	"github.com/sluice-dev/sluice/sidecar/metrics"
 )
 
 // exposition returns what a sidecar with these metrics serves on /metrics.

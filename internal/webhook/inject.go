@@ -18,7 +18,7 @@ import (
 	"k8s.io/utils/ptr"
 
 	"github.com/sluice-dev/sluice/internal/inject"
-	"github.com/sluice-dev/sluice/internal/limiter/redisstore"
+	"github.com/sluice-dev/sluice/internal/limiter/redisurl"
 	"github.com/sluice-dev/sluice/internal/policy"
 )
 
@@ -107,7 +107,7 @@ func (c *Config) redisURL() (string, error) {
 	if err != nil {
 		return "", errors.New("redis URL does not parse") // the URL may hold a password: do not echo it
 	}
-	scheme, err := redisstore.ParseScheme(u.Scheme)
+	scheme, err := redisurl.ParseScheme(u.Scheme)
 	if err != nil {
 		return "", err
 	}

@@ -13,11 +13,12 @@ import (
 
 	"github.com/valyala/fasthttp"
 
+	"github.com/sluice-dev/sluice/internal/dataplane/config"
+	"github.com/sluice-dev/sluice/internal/dataplane/decide"
+	"github.com/sluice-dev/sluice/internal/dataplane/metrics"
 	"github.com/sluice-dev/sluice/internal/limiter"
 	"github.com/sluice-dev/sluice/internal/policy"
-	"github.com/sluice-dev/sluice/sidecar/config"
-	st "github.com/sluice-dev/sluice/sidecar/internal/sidecartest"
-	"github.com/sluice-dev/sluice/sidecar/metrics"
+	st "github.com/sluice-dev/sluice/internal/testutil/sidecartest"
 	"github.com/sluice-dev/sluice/sidecar/proxy"
 )
 
@@ -74,7 +75,7 @@ func BenchmarkServeHTTP(b *testing.B) {
 			h := proxy.New(proxy.Options{
 				Upstream:  up,
 				Config:    func() *config.Config { return cfg },
-				Local:     limiter.NewMemoryStore(limiter.MemoryStoreOptions{}),
+				Decider:   decide.New(decide.Options{Local: limiter.NewMemoryStore(limiter.MemoryStoreOptions{}), Metrics: m}),
 				Metrics:   m,
 				Log:       slog.New(slog.NewJSONHandler(io.Discard, nil)),
 				Transport: cannedTransport{},
@@ -133,7 +134,7 @@ func BenchmarkServeFast(b *testing.B) {
 			h := proxy.New(proxy.Options{
 				Upstream:      up,
 				Config:        func() *config.Config { return cfg },
-				Local:         limiter.NewMemoryStore(limiter.MemoryStoreOptions{}),
+				Decider:       decide.New(decide.Options{Local: limiter.NewMemoryStore(limiter.MemoryStoreOptions{}), Metrics: m}),
 				Metrics:       m,
 				Log:           slog.New(slog.NewJSONHandler(io.Discard, nil)),
 				FastTransport: cannedFast{},

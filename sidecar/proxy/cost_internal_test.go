@@ -5,7 +5,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/sluice-dev/sluice/sidecar/config"
+	"github.com/sluice-dev/sluice/internal/dataplane/config"
 )
 
 // scanCost runs body through a costScan of one charge from path (a text/event-stream body

@@ -17,7 +17,7 @@ import (
 
 	"github.com/sluice-dev/sluice/internal/policy"
 	"github.com/sluice-dev/sluice/internal/testutil/proc"
-	st "github.com/sluice-dev/sluice/sidecar/internal/sidecartest"
+	st "github.com/sluice-dev/sluice/internal/testutil/sidecartest"
 )
 
 // costClients are the protocols a client may speak to the sidecar: HTTP/1.1 (the fasthttp

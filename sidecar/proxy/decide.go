@@ -2,47 +2,18 @@ package proxy
 
 import (
 	"context"
-	"sync"
 	"time"
 
+	"github.com/sluice-dev/sluice/internal/dataplane/config"
+	"github.com/sluice-dev/sluice/internal/dataplane/decide"
+	"github.com/sluice-dev/sluice/internal/dataplane/keys"
 	"github.com/sluice-dev/sluice/internal/limiter"
 	"github.com/sluice-dev/sluice/internal/policy"
-	"github.com/sluice-dev/sluice/sidecar/config"
-	"github.com/sluice-dev/sluice/sidecar/decide"
-	"github.com/sluice-dev/sluice/sidecar/keys"
 )
 
 // This file is the request path's decision, written once for both servers (fasthttp's for
 // HTTP/1.1, net/http's for h2c): they fill a keys.Request view, call decide, and render
 // the decision in their own response type.
-
-// verdict accumulates the decisions of one request.
-type verdict struct {
-	// show is the rule whose numbers go into the headers: the denying rule with the longest
-	// RetryAfter when denied, else the decided rule with the least Remaining.
-	show    *config.Rule
-	showRes limiter.Result
-	denied  bool
-	delay   time.Duration
-}
-
-func (v *verdict) add(rule *config.Rule, res limiter.Result) {
-	enforcedDeny := !res.Allowed && !rule.Shadow
-	switch {
-	case enforcedDeny:
-		if !v.denied || retryAfter(res) > retryAfter(v.showRes) {
-			v.show, v.showRes = rule, res
-		}
-		v.denied = true
-	case v.denied:
-	case v.show == nil || res.Remaining < v.showRes.Remaining ||
-		(res.Remaining == v.showRes.Remaining && v.show.Shadow && !rule.Shadow):
-		v.show, v.showRes = rule, res
-	}
-	if res.Allowed && !rule.Shadow && res.Delay > v.delay {
-		v.delay = res.Delay
-	}
-}
 
 // action is what the server does with a request once decided.
 type action uint8
@@ -110,31 +81,14 @@ func (h *Handler) settle(d *decision, status int) {
 func (h *Handler) charge(c *lateCharge, n int64) {
 	now := h.opts.Clock.Now()
 	if c.local {
-		_, _ = h.opts.Local.Charge(context.Background(), c.key, c.lim, n, now)
+		_, _ = h.decider.Local().Charge(context.Background(), c.key, c.lim, n, now)
 		h.decider.KeepLate(c.key, c.rule.Limit, n, now)
 		return
 	}
-	if _, err := h.opts.Remote.Charge(context.Background(), c.key, c.lim, n, now); err != nil {
+	if _, err := h.decider.Remote().Charge(context.Background(), c.key, c.lim, n, now); err != nil {
 		h.opts.Metrics.RedisErrors.WithLabelValues("late_charge").Inc()
 	}
 }
-
-// Store is what the request path needs of a store: single takes, whole requests and late
-// charges.
-type Store = decide.Store
-
-// maxInline is how many matching rules a request decides without allocating its scratch.
-const maxInline = 8
-
-// request is one request's scratch: the matching rules and their takes, in the same order.
-type request struct {
-	rules [maxInline]*config.Rule
-	pols  [maxInline]*config.Policy
-	takes [maxInline]limiter.Take
-	res   [maxInline]limiter.Result
-}
-
-var requestPool = sync.Pool{New: func() any { return new(request) }}
 
 // decide decides req against every matching rule of every policy of cfg, as one unit: the
 // request is admitted only when every enforced rule admits it, and only then is any rule
@@ -142,11 +96,8 @@ var requestPool = sync.Pool{New: func() any { return new(request) }}
 // going away). It records the rule and decision metrics.
 func (h *Handler) decide(ctx context.Context, cfg *config.Config, req *keys.Request) decision {
 	now := h.opts.Clock.Now()
-	sc := requestPool.Get().(*request)
-	defer requestPool.Put(sc)
-	rules, pols, takes := sc.rules[:0], sc.pols[:0], sc.takes[:0]
-	var kb [256]byte
-	buf := kb[:0]
+	rq := decide.NewRequest()
+	defer rq.Release()
 	for _, p := range cfg.Policies {
 		for _, rule := range p.Rules {
 			if !rule.Match.MatchesRequest(req) {
@@ -154,55 +105,33 @@ func (h *Handler) decide(ctx context.Context, cfg *config.Config, req *keys.Requ
 			}
 			// Each key is appended after the previous ones and copied into its own string,
 			// so no key is overwritten by the next.
-			start := len(buf)
-			buf = rule.Key.Append(buf, req)
-			rules = append(rules, rule)
-			pols = append(pols, p)
-			takes = append(takes, limiter.Take{Key: string(buf[start:]), Limit: rule.Limit,
-				N: rule.CostFrom(req.Header), Shadow: rule.Shadow, Check: len(rule.CountWhen) > 0})
+			start := len(rq.Key)
+			rq.Key = rule.Key.Append(rq.Key, req)
+			rq.Add(p, rule, string(rq.Key[start:]), rule.CostFrom(req.Header), len(rule.CountWhen) > 0)
 		}
 	}
-	res := sc.res[:]
-	if len(takes) > len(res) {
-		res = make([]limiter.Result, len(takes))
-	}
-	res = res[:len(takes)]
-	var (
-		out   decide.Outcome
-		local bool
-	)
-	rules, takes, out, local = h.decider.TakeRequest(ctx, pols, rules, takes, now, res)
-	switch out {
+	v := h.decider.Decide(ctx, rq, now)
+	switch v.Outcome {
 	case decide.Unavailable:
 		h.opts.Metrics.DecisionSeconds.Observe(h.opts.Clock.Since(now).Seconds())
-		sc.reset() // drop the key strings and rules
 		return decision{action: refuse, now: now}
 	case decide.Canceled:
-		sc.reset()
 		return decision{action: abandon, now: now}
 	}
-	var v verdict
-	if out == decide.Decided {
-		decide.Count(rules, takes, res)
-		for i, rule := range rules {
-			v.add(rule, res[i])
-		}
-	}
-	d := decision{action: pass, show: v.show, res: v.showRes, now: now, delay: v.delay}
-	if v.denied {
+	d := decision{action: pass, show: v.Show, res: v.Res, now: now, delay: v.Delay}
+	if v.Denied {
 		d.action = deny
-		d.delay = 0
-	} else if out == decide.Decided {
+	} else if v.Outcome == decide.Decided {
+		rules, takes, res := rq.Decided()
 		for i := range takes {
 			switch {
 			case takes[i].Check:
-				d.late = append(d.late, lateCharge{rule: rules[i], key: takes[i].Key, lim: takes[i].Limit, n: takes[i].N, local: local})
+				d.late = append(d.late, lateCharge{rule: rules[i], key: takes[i].Key, lim: takes[i].Limit, n: takes[i].N, local: v.Local})
 			case rules[i].ResponseCost != nil && res[i].Allowed:
-				d.cost = append(d.cost, lateCharge{rule: rules[i], key: takes[i].Key, lim: takes[i].Limit, n: takes[i].N, local: local})
+				d.cost = append(d.cost, lateCharge{rule: rules[i], key: takes[i].Key, lim: takes[i].Limit, n: takes[i].N, local: v.Local})
 			}
 		}
 	}
-	sc.reset()
 	h.opts.Metrics.DecisionSeconds.Observe(h.opts.Clock.Since(now).Seconds())
 	return d
 }
@@ -220,11 +149,4 @@ func (h *Handler) queue(delay time.Duration, gone <-chan struct{}) bool {
 		h.opts.Metrics.QueueAbandoned.Inc()
 		return false
 	}
-}
-
-// reset drops what sc refers to, so that a pooled scratch keeps no key or configuration alive.
-func (sc *request) reset() {
-	clear(sc.rules[:])
-	clear(sc.pols[:])
-	clear(sc.takes[:])
 }

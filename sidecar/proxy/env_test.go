@@ -21,14 +21,15 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	clocktesting "k8s.io/utils/clock/testing"
 
+	"github.com/sluice-dev/sluice/internal/dataplane/breaker"
+	"github.com/sluice-dev/sluice/internal/dataplane/config"
+	"github.com/sluice-dev/sluice/internal/dataplane/decide"
+	"github.com/sluice-dev/sluice/internal/dataplane/metrics"
 	"github.com/sluice-dev/sluice/internal/limiter"
 	"github.com/sluice-dev/sluice/internal/limiter/lease"
 	"github.com/sluice-dev/sluice/internal/limiter/redisstore"
 	"github.com/sluice-dev/sluice/internal/testutil/redisserver"
-	"github.com/sluice-dev/sluice/sidecar/breaker"
-	"github.com/sluice-dev/sluice/sidecar/config"
-	"github.com/sluice-dev/sluice/sidecar/internal/sidecartest"
-	"github.com/sluice-dev/sluice/sidecar/metrics"
+	"github.com/sluice-dev/sluice/internal/testutil/sidecartest"
 	"github.com/sluice-dev/sluice/sidecar/proxy"
 )
 
@@ -121,12 +122,13 @@ func newEnv(t *testing.T, doc []byte, o envOpt) *env {
 	opts := proxy.Options{
 		Upstream: target,
 		Config:   e.loader.Current,
-		Local:    limiter.NewMemoryStore(limiter.MemoryStoreOptions{}),
 		Metrics:  e.m,
 		Log:      log,
 	}
+	do := decide.Options{Local: limiter.NewMemoryStore(limiter.MemoryStoreOptions{}), Metrics: e.m, Log: log}
 	if o.clock != nil {
 		opts.Clock = o.clock
+		do.Clock = o.clock
 	}
 	if !o.noRedis {
 		e.redis = redisserver.StartTest(t)
@@ -138,17 +140,18 @@ func newEnv(t *testing.T, doc []byte, o envOpt) *env {
 		ro := redisstore.Options{Timeout: cmp(o.timeout, 50*time.Millisecond), ExplicitTime: o.clock != nil}
 		store := redisstore.New(client, ro)
 		t.Cleanup(func() { _ = store.Close() })
-		opts.Remote = store
+		do.Remote = store
 		e.leases = lease.New(store, lease.Options{})
-		opts.Leases = e.leases
+		do.Leases = e.leases
 		cd := cmp(o.cooldown, 100*time.Millisecond)
 		e.brk = breaker.New(breaker.Options{Cooldown: cd, MaxCooldown: 4 * cd,
 			OnTransition: func(_, to breaker.State, _ time.Duration) {
 				e.m.BreakerState.Set(float64(to))
 				e.trans.Add(1)
 			}})
-		opts.Breaker = e.brk
+		do.Breaker = e.brk
 	}
+	opts.Decider = decide.New(do)
 	e.srv = serve(t, proxy.New(opts), log)
 	e.client = &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 64}}
 	t.Cleanup(e.client.CloseIdleConnections)

@@ -9,7 +9,7 @@ import (
 	clocktesting "k8s.io/utils/clock/testing"
 
 	"github.com/sluice-dev/sluice/internal/policy"
-	st "github.com/sluice-dev/sluice/sidecar/internal/sidecartest"
+	st "github.com/sluice-dev/sluice/internal/testutil/sidecartest"
 )
 
 func leased(maxAge time.Duration, maxUnits int64) func(*policy.Rule) {

@@ -5,9 +5,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sluice-dev/sluice/internal/dataplane/breaker"
 	"github.com/sluice-dev/sluice/internal/policy"
-	"github.com/sluice-dev/sluice/sidecar/breaker"
-	st "github.com/sluice-dev/sluice/sidecar/internal/sidecartest"
+	st "github.com/sluice-dev/sluice/internal/testutil/sidecartest"
 )
 
 // TestRedisOutage kills (SIGKILL) or pauses (SIGSTOP) Redis under load and checks each failure

@@ -6,7 +6,8 @@
 // HTTP/1.1 is served by fasthttp's server and forwarded by its HostClient, which cost a
 // third of net/http's server and httputil.ReverseProxy per request; connections that open
 // with the HTTP/2 preface (h2c) go to net/http's server and a ReverseProxy. Both fill the
-// same keys.Request view and call the same decide (decide.go).
+// same keys.Request view and call the same decide (decide.go), which matches the request's
+// rules and has the data plane's core (package decide) decide them.
 package proxy
 
 import (
@@ -25,12 +26,10 @@ import (
 	"github.com/valyala/fasthttp"
 	"k8s.io/utils/clock"
 
-	"github.com/sluice-dev/sluice/internal/limiter/lease"
-	"github.com/sluice-dev/sluice/sidecar/breaker"
-	"github.com/sluice-dev/sluice/sidecar/config"
-	"github.com/sluice-dev/sluice/sidecar/decide"
-	"github.com/sluice-dev/sluice/sidecar/keys"
-	"github.com/sluice-dev/sluice/sidecar/metrics"
+	"github.com/sluice-dev/sluice/internal/dataplane/config"
+	"github.com/sluice-dev/sluice/internal/dataplane/decide"
+	"github.com/sluice-dev/sluice/internal/dataplane/keys"
+	"github.com/sluice-dev/sluice/internal/dataplane/metrics"
 )
 
 // Options configures a Handler.
@@ -39,19 +38,10 @@ type Options struct {
 	Upstream *url.URL
 	// Config returns the configuration in use; called once per request.
 	Config func() *config.Config
-	// Remote is the shared store (Redis); nil decides everything locally with each pod's share.
-	Remote Store
-	// Breaker guards Remote; required when Remote is set.
-	Breaker *breaker.Breaker
-	// Leases decides the rules that have a lease (with Remote's store); nil decides them as
-	// the others.
-	Leases *lease.Engine
-	// MasterBreaker, when set and Remote is a MasterLocator (Redis Cluster), makes the breaker
-	// of each master, at its first use: a master that fails then sends only the keys of its
-	// slots to the fallback. Breaker still guards keys whose master is not known.
-	MasterBreaker func(addr string) *breaker.Breaker
-	// Local is the fallback store.
-	Local   Store
+	// Decider decides each request's matched rules: Redis behind its breakers, the failure
+	// modes, this pod's share, leases (engine.Open wires it); its stores take the late
+	// charges (countWhen, responseCost).
+	Decider *decide.Decider
 	Metrics *metrics.Metrics
 	Log     *slog.Logger
 	// Transport overrides the h2c path's upstream transport (NewTransport by default).
@@ -62,11 +52,6 @@ type Options struct {
 	// and reset_at), times a queued request's delay and the decision latency; nil means the
 	// real clock.
 	Clock clock.Clock
-	// BacklogMaxKeys and BacklogMaxBytes bound the usage kept, while Remote cannot decide, to
-	// be charged to it once it is back (when Remote is a Charger): at most that many keys, and
-	// that many bytes of keys (each counted with a fixed overhead); zero means
-	// DefaultBacklogMaxKeys, DefaultBacklogMaxBytes. Admissions on further keys are not kept.
-	BacklogMaxKeys, BacklogMaxBytes int
 }
 
 // Handler is the sidecar's request path: an http.Handler for h2c and a fasthttp handler
@@ -82,23 +67,6 @@ type Handler struct {
 	upAddr string
 	upTLS  bool
 }
-
-// BreakerState is the worst state of the Handler's breakers (Open over HalfOpen over Closed):
-// for the sluice_breaker_state gauge, which says whether any of Redis is being decided without.
-func (h *Handler) BreakerState() breaker.State { return h.decider.BreakerState() }
-
-// MasterLocator is decide.MasterLocator: a Remote that is one gets a breaker per master.
-type MasterLocator = decide.MasterLocator
-
-// Charger is decide.Charger: a Remote that is one gets a backlog of the usage admitted
-// locally while it could not decide.
-type Charger = decide.Charger
-
-// Defaults of the backlog's bounds (Options.BacklogMaxKeys, Options.BacklogMaxBytes).
-const (
-	DefaultBacklogMaxKeys  = decide.DefaultBacklogMaxKeys
-	DefaultBacklogMaxBytes = decide.DefaultBacklogMaxBytes
-)
 
 // NewTransport returns the upstream transport: HTTP/1.1 keep-alive with a pool sized for a
 // busy pod, no transparent compression (the client's Accept-Encoding passes through as is).
@@ -140,9 +108,7 @@ func New(opts Options) *Handler {
 		opts.Transport = NewTransport()
 	}
 	h.opts = opts
-	h.decider = decide.New(decide.Options{Remote: opts.Remote, Breaker: opts.Breaker, Leases: opts.Leases,
-		MasterBreaker: opts.MasterBreaker, Local: opts.Local, Metrics: opts.Metrics, Log: opts.Log, Clock: opts.Clock,
-		BacklogMaxKeys: opts.BacklogMaxKeys, BacklogMaxBytes: opts.BacklogMaxBytes})
+	h.decider = opts.Decider
 	target := opts.Upstream
 	h.upAddr, h.upTLS = HostPort(target), target.Scheme == "https"
 	h.fast = newHostClient(h.upAddr, h.upTLS)

@@ -8,8 +8,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sluice-dev/sluice/internal/dataplane/config"
 	"github.com/sluice-dev/sluice/internal/limiter"
-	"github.com/sluice-dev/sluice/sidecar/config"
 )
 
 // setHeadersPlain is setHeaders written the obvious way, one allocation per value: the

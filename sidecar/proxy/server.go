@@ -11,26 +11,21 @@ import (
 	"time"
 
 	"github.com/valyala/fasthttp"
-)
 
-// Defaults of ServerOptions.
-const (
-	DefaultMaxHeaderBytes    = 64 << 10
-	DefaultReadHeaderTimeout = 10 * time.Second
-	DefaultIdleTimeout       = 120 * time.Second
+	"github.com/sluice-dev/sluice/internal/inject"
 )
 
 // ServerOptions are the client-facing limits of a Server. The zero value is the production
 // setting.
 type ServerOptions struct {
 	// MaxHeaderBytes bounds a request's head, request line and header fields together;
-	// a larger one is answered 431 (DefaultMaxHeaderBytes when 0).
+	// a larger one is answered 431 (inject.DefaultMaxHeaderBytes when 0).
 	MaxHeaderBytes int
 	// ReadHeaderTimeout bounds the time from a request's first byte to the end of its head
-	// (and, on a new connection, the wait for the first byte); DefaultReadHeaderTimeout when 0.
+	// (and, on a new connection, the wait for the first byte); inject.DefaultReadHeaderTimeout when 0.
 	ReadHeaderTimeout time.Duration
 	// IdleTimeout bounds the wait for the next request on a kept-alive connection
-	// (DefaultIdleTimeout when 0).
+	// (inject.DefaultIdleTimeout when 0).
 	IdleTimeout time.Duration
 	// Log receives the servers' errors at debug level; nil discards them.
 	Log *slog.Logger
@@ -54,13 +49,13 @@ type Server struct {
 // NewServer returns a Server for h.
 func NewServer(h *Handler, o ServerOptions) *Server {
 	if o.MaxHeaderBytes <= 0 {
-		o.MaxHeaderBytes = DefaultMaxHeaderBytes
+		o.MaxHeaderBytes = inject.DefaultMaxHeaderBytes
 	}
 	if o.ReadHeaderTimeout <= 0 {
-		o.ReadHeaderTimeout = DefaultReadHeaderTimeout
+		o.ReadHeaderTimeout = inject.DefaultReadHeaderTimeout
 	}
 	if o.IdleTimeout <= 0 {
-		o.IdleTimeout = DefaultIdleTimeout
+		o.IdleTimeout = inject.DefaultIdleTimeout
 	}
 	if o.Log == nil {
 		o.Log = slog.New(slog.DiscardHandler)

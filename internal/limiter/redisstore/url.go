@@ -5,9 +5,10 @@ import (
 	"fmt"
 	"net/url"
 	"slices"
-	"strings"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/sluice-dev/sluice/internal/limiter/redisurl"
 )
 
 // NewClientFromURL returns a go-redis client for a URL of one of these forms:
@@ -49,15 +50,15 @@ func buildClient(rawURL string, d *dialer) (redis.UniversalClient, error) {
 	if err != nil {
 		return nil, fmt.Errorf("redisstore: parsing redis URL: %w", redactErr(err))
 	}
-	scheme, err := ParseScheme(u.Scheme)
+	scheme, err := redisurl.ParseScheme(u.Scheme)
 	if err != nil {
 		return nil, fmt.Errorf("redisstore: %w", err)
 	}
 	retriesSet, dialRetriesSet := u.Query().Has("max_retries"), u.Query().Has("dialer_retries")
 	plain := *u
-	plain.Scheme = Scheme{TLS: scheme.TLS}.String()
+	plain.Scheme = redisurl.Scheme{TLS: scheme.TLS}.String()
 	switch scheme.Topology {
-	case TopologyStandalone:
+	case redisurl.TopologyStandalone:
 		o, err := redis.ParseURL(plain.String())
 		if err != nil {
 			return nil, fmt.Errorf("redisstore: %w", err)
@@ -67,7 +68,7 @@ func buildClient(rawURL string, d *dialer) (redis.UniversalClient, error) {
 		c := redis.NewClient(o)
 		c.AddHook(d)
 		return c, nil
-	case TopologyCluster:
+	case redisurl.TopologyCluster:
 		o, err := redis.ParseClusterURL(plain.String())
 		if err != nil {
 			return nil, fmt.Errorf("redisstore: %w", err)
@@ -83,7 +84,7 @@ func buildClient(rawURL string, d *dialer) (redis.UniversalClient, error) {
 			node.AddHook(d)
 		})
 		return c, nil
-	case TopologySentinel:
+	case redisurl.TopologySentinel:
 		o, err := redis.ParseFailoverURL(plain.String())
 		if err != nil {
 			return nil, fmt.Errorf("redisstore: %w", err)
@@ -126,59 +127,6 @@ func seedOptions(o *redis.ClusterOptions) *redis.Options {
 		opts.ClientName = o.ClientName + "-slots" // tells these apart in CLIENT LIST
 	}
 	return opts
-}
-
-// The topologies of a Redis URL: the part of its scheme after '+'.
-const (
-	TopologyStandalone = ""
-	TopologyCluster    = "cluster"
-	TopologySentinel   = "sentinel"
-)
-
-// Scheme is a Redis URL scheme taken apart: rediss (TLS) or redis, and the topology.
-type Scheme struct {
-	TLS      bool
-	Topology string
-}
-
-// String is the scheme as written in a URL, e.g. rediss+cluster.
-func (s Scheme) String() string {
-	base := "redis"
-	if s.TLS {
-		base = "rediss"
-	}
-	if s.Topology == TopologyStandalone {
-		return base
-	}
-	return base + "+" + s.Topology
-}
-
-// URLSchemes lists the schemes NewClientFromURL accepts, for help texts and messages.
-func URLSchemes() []string {
-	out := make([]string, 0, 6)
-	for _, topology := range []string{TopologyStandalone, TopologyCluster, TopologySentinel} {
-		for _, tls := range []bool{false, true} {
-			out = append(out, Scheme{TLS: tls, Topology: topology}.String())
-		}
-	}
-	return out
-}
-
-// ParseScheme takes apart a Redis URL scheme (the part before "://"). Every reader of a Redis URL
-// (this package, the webhook checking the manager's flag) checks the scheme with it, so that the
-// accepted schemes and the error naming them are written once.
-func ParseScheme(scheme string) (Scheme, error) {
-	base, topology, _ := strings.Cut(scheme, "+")
-	if base != "redis" && base != "rediss" {
-		all := URLSchemes()
-		return Scheme{}, fmt.Errorf("redis URL scheme %q is not %s or %s", scheme, strings.Join(all[:len(all)-1], ", "), all[len(all)-1])
-	}
-	switch topology {
-	case TopologyStandalone, TopologyCluster, TopologySentinel:
-	default:
-		return Scheme{}, fmt.Errorf("redis URL scheme %q: unknown topology %q, want %s or %s", scheme, topology, TopologyCluster, TopologySentinel)
-	}
-	return Scheme{TLS: base == "rediss", Topology: topology}, nil
 }
 
 // failFast sets what every topology's options need: deadlines from the caller's context, no

@@ -6,8 +6,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/sluice-dev/sluice/internal/dataplane/breaker"
 	"github.com/sluice-dev/sluice/internal/limiter"
-	"github.com/sluice-dev/sluice/sidecar/breaker"
 )
 
 // MasterLocator is a shared store that can tell which of its servers holds a key

@@ -19,8 +19,8 @@ import (
 	"github.com/fsnotify/fsnotify"
 	"k8s.io/utils/clock"
 
+	"github.com/sluice-dev/sluice/internal/dataplane/metrics"
 	"github.com/sluice-dev/sluice/internal/policy"
-	"github.com/sluice-dev/sluice/sidecar/metrics"
 )
 
 // DefaultRecheck is Loader.Recheck when zero: the safety net behind file events.

@@ -16,10 +16,10 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	clocktesting "k8s.io/utils/clock/testing"
 
+	"github.com/sluice-dev/sluice/internal/dataplane/metrics"
 	"github.com/sluice-dev/sluice/internal/limiter"
 	"github.com/sluice-dev/sluice/internal/policy"
-	st "github.com/sluice-dev/sluice/sidecar/internal/sidecartest"
-	"github.com/sluice-dev/sluice/sidecar/metrics"
+	st "github.com/sluice-dev/sluice/internal/testutil/sidecartest"
 )
 
 func TestParseLabels(t *testing.T) {

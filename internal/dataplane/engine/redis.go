@@ -1,4 +1,4 @@
-package cmdline
+package engine
 
 import (
 	"errors"
@@ -7,15 +7,16 @@ import (
 	"net/url"
 	"time"
 
+	"github.com/sluice-dev/sluice/internal/dataplane/breaker"
+	"github.com/sluice-dev/sluice/internal/dataplane/cmdline"
+	"github.com/sluice-dev/sluice/internal/dataplane/metrics"
 	"github.com/sluice-dev/sluice/internal/inject"
 	"github.com/sluice-dev/sluice/internal/limiter/redisstore"
-	"github.com/sluice-dev/sluice/sidecar/breaker"
-	"github.com/sluice-dev/sluice/sidecar/metrics"
 )
 
-// Redis is the Redis wiring the sidecar and the RLS server share: the store, the breaker
-// guarding it and, on Redis Cluster, one breaker per master.
-type Redis struct {
+// redisWiring is the Redis side of an engine: the store, the breaker guarding it and, on Redis
+// Cluster, one breaker per master.
+type redisWiring struct {
 	Store         *redisstore.Store
 	Breaker       *breaker.Breaker
 	MasterBreaker func(master string) *breaker.Breaker
@@ -23,12 +24,11 @@ type Redis struct {
 	Close func()
 }
 
-// OpenRedis connects to o.RedisURL (with o.RedisPassword, closing connections idle for
+// openRedis connects to o.RedisURL (with o.RedisPassword, closing connections idle for
 // o.RedisIdleTimeout) and returns the Redis wiring. The breakers report their transitions to
 // m and log; the gauge is the worst of to and worst() (the decider's breakers' worst state;
-// worst may return breaker.Closed before the decider exists). The sidecar and the RLS server
-// both wire Redis with it. o.RedisURL must not be empty.
-func OpenRedis(o *Options, m *metrics.Metrics, log *slog.Logger, worst func() breaker.State) (*Redis, error) {
+// worst may return breaker.Closed before the decider exists). o.RedisURL must not be empty.
+func openRedis(o *cmdline.Options, m *metrics.Metrics, log *slog.Logger, worst func() breaker.State) (*redisWiring, error) {
 	rawURL, err := WithPassword(o.RedisURL, o.RedisPassword)
 	if err != nil {
 		return nil, fmt.Errorf("--%s: %w", inject.FlagRedisURL, err)
@@ -68,7 +68,7 @@ func OpenRedis(o *Options, m *metrics.Metrics, log *slog.Logger, worst func() br
 	}
 	log.Info("Deciding with Redis; failure modes apply while it is unreachable",
 		"redis", RedactURL(o.RedisURL), "timeout", o.RedisTimeout, "breakerThreshold", o.BreakerThreshold, "breakerCooldown", o.BreakerCooldown)
-	return &Redis{
+	return &redisWiring{
 		Store: store, Breaker: newBreaker(""), MasterBreaker: newBreaker,
 		Close: func() { _ = store.Close(); _ = client.Close() },
 	}, nil

@@ -13,11 +13,11 @@ import (
 	"strings"
 	"time"
 
+	"github.com/sluice-dev/sluice/internal/dataplane/keys"
+	"github.com/sluice-dev/sluice/internal/dataplane/metrics"
 	"github.com/sluice-dev/sluice/internal/limiter"
 	"github.com/sluice-dev/sluice/internal/limiter/lease"
 	"github.com/sluice-dev/sluice/internal/policy"
-	"github.com/sluice-dev/sluice/sidecar/keys"
-	"github.com/sluice-dev/sluice/sidecar/metrics"
 )
 
 // Config is one compiled configuration. It is immutable once published and safe for

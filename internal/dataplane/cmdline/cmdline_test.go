@@ -61,3 +61,36 @@ func TestParseRLS(t *testing.T) {
 		}
 	}
 }
+
+// TestParseRefusesWhatItWouldIgnore: a stray word would end the flags (every flag after it
+// ignored), and some flags contradict each other; each is an error naming what is wrong.
+func TestParseRefusesWhatItWouldIgnore(t *testing.T) {
+	none := func(string) (string, bool) { return "", false }
+	for name, tc := range map[string]struct {
+		rls  bool
+		args []string
+		want string
+	}{
+		"stray word":             {false, []string{"--listen", ":8081", "stray", "--config", "/etc/x.json"}, `unexpected argument "stray"`},
+		"stray word, RLS":        {true, []string{"stray"}, `unexpected argument "stray"`},
+		"one address twice":      {false, []string{"--listen", ":7000", "--metrics-listen", ":7000"}, "--listen and --metrics-listen"},
+		"one address twice, RLS": {true, []string{"--grpc-listen", ":7000", "--metrics-listen", ":7000"}, "--grpc-listen and --metrics-listen"},
+		"cooldowns inverted":     {false, []string{"--breaker-cooldown", "5s", "--breaker-max-cooldown", "1s"}, "--breaker-max-cooldown 1s is below --breaker-cooldown 5s"},
+	} {
+		t.Run(name, func(t *testing.T) {
+			var err error
+			if tc.rls {
+				_, err = ParseRLS(tc.args, flag.ContinueOnError, none)
+			} else {
+				_, err = Parse(tc.args, flag.ContinueOnError, none)
+			}
+			if err == nil || !strings.Contains(err.Error(), tc.want) {
+				t.Fatalf("Parse(%q) = %v, want an error with %q", tc.args, err, tc.want)
+			}
+		})
+	}
+	// Port 0 asks each listener for a port of its own: not a conflict.
+	if _, err := Parse([]string{"--listen", "127.0.0.1:0", "--metrics-listen", "127.0.0.1:0"}, flag.ContinueOnError, none); err != nil {
+		t.Fatalf("two :0 listeners: %v", err)
+	}
+}

@@ -14,13 +14,13 @@ import (
 
 	"k8s.io/utils/clock"
 
+	"github.com/sluice-dev/sluice/internal/dataplane/breaker"
+	"github.com/sluice-dev/sluice/internal/dataplane/config"
+	"github.com/sluice-dev/sluice/internal/dataplane/metrics"
 	"github.com/sluice-dev/sluice/internal/limiter"
 	"github.com/sluice-dev/sluice/internal/limiter/lease"
 	"github.com/sluice-dev/sluice/internal/limiter/redisstore"
 	"github.com/sluice-dev/sluice/internal/policy"
-	"github.com/sluice-dev/sluice/sidecar/breaker"
-	"github.com/sluice-dev/sluice/sidecar/config"
-	"github.com/sluice-dev/sluice/sidecar/metrics"
 )
 
 // Store is what deciding needs of a store: single takes, whole requests and late charges.

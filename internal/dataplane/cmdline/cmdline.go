@@ -8,17 +8,18 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"net"
 	"path"
 	"strings"
 	"time"
 
+	"github.com/sluice-dev/sluice/internal/dataplane/breaker"
+	"github.com/sluice-dev/sluice/internal/dataplane/config"
 	"github.com/sluice-dev/sluice/internal/inject"
 	"github.com/sluice-dev/sluice/internal/limiter"
 	"github.com/sluice-dev/sluice/internal/limiter/redisstore"
+	"github.com/sluice-dev/sluice/internal/limiter/redisurl"
 	"github.com/sluice-dev/sluice/internal/policy"
-	"github.com/sluice-dev/sluice/sidecar/breaker"
-	"github.com/sluice-dev/sluice/sidecar/config"
-	"github.com/sluice-dev/sluice/sidecar/proxy"
 )
 
 // Options are the sidecar's settings, as its flags and environment give them.
@@ -37,7 +38,7 @@ type Options struct {
 	LogLevel                            string
 	Pprof                               bool
 	// MaxHeaderBytes, ReadHeaderTimeout and IdleTimeout bound what a client may send and how
-	// slowly (see proxy.ServerOptions).
+	// slowly (the sidecar's proxy.ServerOptions).
 	MaxHeaderBytes                 int
 	ReadHeaderTimeout, IdleTimeout time.Duration
 	// RedisPassword is $SLUICE_REDIS_PASSWORD (inject.EnvRedisPassword); no flag sets it, so
@@ -53,9 +54,9 @@ func NewFlagSet(o *Options, h flag.ErrorHandling) *flag.FlagSet {
 	fs.StringVar(&o.PodLabelsFile, inject.FlagPodLabelsFile, path.Join(inject.PodInfoDir, inject.PodLabelsFile), "downward API labels file (key=\"value\" lines); empty for none")
 	fs.StringVar(&o.PodLabels, inject.FlagPodLabels, "", "pod labels as k=v,k2=v2; override the file's")
 	sharedFlags(fs, o)
-	fs.IntVar(&o.MaxHeaderBytes, inject.FlagMaxHeaderBytes, proxy.DefaultMaxHeaderBytes, "largest request head (request line and header fields) in bytes; larger ones are answered 431 (414 for the request line)")
-	fs.DurationVar(&o.ReadHeaderTimeout, inject.FlagReadHeaderTimeout, proxy.DefaultReadHeaderTimeout, "how long a client may take to send a request's head")
-	fs.DurationVar(&o.IdleTimeout, inject.FlagIdleTimeout, proxy.DefaultIdleTimeout, "how long a kept-alive client connection may wait for its next request")
+	fs.IntVar(&o.MaxHeaderBytes, inject.FlagMaxHeaderBytes, inject.DefaultMaxHeaderBytes, "largest request head (request line and header fields) in bytes; larger ones are answered 431 (414 for the request line)")
+	fs.DurationVar(&o.ReadHeaderTimeout, inject.FlagReadHeaderTimeout, inject.DefaultReadHeaderTimeout, "how long a client may take to send a request's head")
+	fs.DurationVar(&o.IdleTimeout, inject.FlagIdleTimeout, inject.DefaultIdleTimeout, "how long a kept-alive client connection may wait for its next request")
 	return fs
 }
 
@@ -64,7 +65,7 @@ func NewFlagSet(o *Options, h flag.ErrorHandling) *flag.FlagSet {
 func sharedFlags(fs *flag.FlagSet, o *Options) {
 	fs.StringVar(&o.Config, inject.FlagConfig, path.Join(inject.PoliciesDir, policy.DataKey), "rendered policies file; absent means no policies")
 	fs.StringVar(&o.PodName, inject.FlagPodName, "", "this pod's name (the webhook sets "+inject.EnvName(inject.FlagPodName)+" from the downward API); ranks the pod for its exact local share, which is 0 while empty and the policy lists its pods")
-	fs.StringVar(&o.RedisURL, inject.FlagRedisURL, "", "Redis URL ("+strings.Join(redisstore.URLSchemes(), "://, ")+"://); empty decides locally")
+	fs.StringVar(&o.RedisURL, inject.FlagRedisURL, "", "Redis URL ("+strings.Join(redisurl.URLSchemes(), "://, ")+"://); empty decides locally")
 	fs.DurationVar(&o.RedisTimeout, inject.FlagRedisTimeout, redisstore.DefaultTimeout, "budget of one Redis call")
 	fs.DurationVar(&o.RedisIdleTimeout, inject.FlagRedisIdleTimeout, redisstore.DefaultIdleTimeout, "close Redis connections unused for this long, so a quiet pod holds none (at most "+fmt.Sprint(redisstore.MaxConns)+" per Redis node otherwise); 0 never closes them")
 	fs.StringVar(&o.MetricsListen, inject.FlagMetricsListen, fmt.Sprintf(":%d", inject.DefaultMetricsPort), "address of /metrics, /healthz and /readyz")
@@ -113,10 +114,40 @@ func parse(fs *flag.FlagSet, o *Options, args []string, lookupEnv func(string) (
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
+	// Go's flag package stops at the first argument that is not a flag: every flag after a
+	// stray word would be ignored, and limiting silently changed.
+	if fs.NArg() > 0 {
+		return fmt.Errorf("unexpected argument %q: %s takes flags only, and would ignore every flag after it", fs.Arg(0), fs.Name())
+	}
 	if err := envDefaults(fs, lookupEnv); err != nil {
 		return err
 	}
 	o.RedisPassword, _ = lookupEnv(inject.EnvRedisPassword)
+	return contradictions(fs)
+}
+
+// contradictions rejects flags that cannot hold together: two listeners on one address, a
+// breaker's longest cooldown below its first.
+func contradictions(fs *flag.FlagSet) error {
+	addrs := map[string]string{} // address -> flag
+	for _, name := range []string{inject.FlagListen, inject.FlagGRPCListen, inject.FlagMetricsListen} {
+		f := fs.Lookup(name)
+		if f == nil {
+			continue
+		}
+		addr := f.Value.String()
+		if _, port, err := net.SplitHostPort(addr); err == nil && port == "0" {
+			continue // each gets a port of its own
+		}
+		if other, ok := addrs[addr]; ok {
+			return fmt.Errorf("--%s and --%s are both %q: they must differ", other, name, addr)
+		}
+		addrs[addr] = name
+	}
+	cd, maxCD := fs.Lookup(inject.FlagBreakerCooldown).Value.(flag.Getter), fs.Lookup(inject.FlagBreakerMaxCooldown).Value.(flag.Getter)
+	if a, b := cd.Get().(time.Duration), maxCD.Get().(time.Duration); b < a {
+		return fmt.Errorf("--%s %s is below --%s %s", inject.FlagBreakerMaxCooldown, b, inject.FlagBreakerCooldown, a)
+	}
 	return nil
 }
 

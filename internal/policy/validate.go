@@ -1,0 +1,175 @@
+package policy
+
+import (
+	"errors"
+	"fmt"
+	"net/netip"
+	"slices"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/sluice-dev/sluice/internal/limiter"
+)
+
+// Validate checks what a reader relies on: known values, limits inside the exact-arithmetic
+// bounds, parseable selectors and networks. It is the sidecar's guard against a bad file.
+func (d *Document) Validate() error {
+	if d.Version != Version {
+		return fmt.Errorf("version %d is not the supported version %d", d.Version, Version)
+	}
+	var errs []error
+	for i, p := range d.Policies {
+		if err := p.Validate(); err != nil {
+			errs = append(errs, fmt.Errorf("policies[%d] (%s): %w", i, p.Name, err))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// Validate checks one policy as Document.Validate does; render calls it on what it compiled.
+func (p Policy) Validate() error {
+	if p.Selector == nil && p.Domain == "" {
+		return errors.New("neither a selector nor a domain: nothing would enforce the policy")
+	}
+	if _, err := metav1.LabelSelectorAsSelector(p.Selector); err != nil {
+		return fmt.Errorf("selector: %w", err)
+	}
+	switch p.FailureMode {
+	case FailureLocal, FailureOpen, FailureClosed:
+	default:
+		return fmt.Errorf("failureMode %q is not Local, Open or Closed", p.FailureMode)
+	}
+	for _, c := range p.TrustedProxies {
+		if _, err := netip.ParsePrefix(c); err != nil {
+			return fmt.Errorf("trustedProxies: %w", err)
+		}
+	}
+	if p.Response.StatusCode < 400 || p.Response.StatusCode > 599 {
+		return fmt.Errorf("response.statusCode %d is outside 400..599", p.Response.StatusCode)
+	}
+	switch p.Response.Headers {
+	case HeadersDraft, HeadersLegacy, HeadersBoth, HeadersNone:
+	default:
+		return fmt.Errorf("response.headers %q is not Draft, Legacy, Both or None", p.Response.Headers)
+	}
+	if p.Pods != nil {
+		if int(p.Replicas) != len(p.Pods) {
+			return fmt.Errorf("replicas %d is not the number of pods listed, %d", p.Replicas, len(p.Pods))
+		}
+		for i := 1; i < len(p.Pods); i++ {
+			if p.Pods[i-1] >= p.Pods[i] {
+				return fmt.Errorf("pods are not sorted and distinct at %q, %q", p.Pods[i-1], p.Pods[i])
+			}
+		}
+	}
+	if p.Replicas < 0 {
+		return fmt.Errorf("replicas %d is negative", p.Replicas)
+	}
+	if len(p.Rules) == 0 {
+		return errors.New("no rules")
+	}
+	for _, r := range p.Rules {
+		if err := r.validate(); err != nil {
+			return fmt.Errorf("rule %s: %w", r.Name, err)
+		}
+		if r.Descriptor() && p.Domain == "" {
+			return fmt.Errorf("rule %s matches descriptors but the policy has no domain", r.Name)
+		}
+		if r.Descriptor() && r.LeakyMode == string(limiter.Queue) {
+			return fmt.Errorf("rule %s matches descriptors and queues, which Envoy's rate limit service cannot", r.Name)
+		}
+		if r.Descriptor() && len(r.CountWhen) > 0 {
+			return fmt.Errorf("rule %s matches descriptors and has countWhen, which Envoy's rate limit service cannot: it never sees the response", r.Name)
+		}
+		if r.Descriptor() && r.ResponseCost != nil {
+			return fmt.Errorf("rule %s matches descriptors and has responseCost, which Envoy's rate limit service cannot: it never sees the response", r.Name)
+		}
+	}
+	return nil
+}
+
+// validateResponseCost checks r's responseCost, if any, and what it does not combine with.
+func (r Rule) validateResponseCost() error {
+	rc := r.ResponseCost
+	if rc == nil {
+		return nil
+	}
+	if err := rc.validate(); err != nil {
+		return err
+	}
+	switch {
+	case !r.LimiterLimit().LateChargeable():
+		return fmt.Errorf("responseCost applies only to FixedWindow and TokenBucket, not %s", r.Algorithm)
+	case r.CostHeader != "":
+		return errors.New("responseCost and costHeader are both set")
+	case len(r.CountWhen) > 0:
+		return errors.New("responseCost and countWhen are both set")
+	case r.Lease != nil:
+		return errors.New("responseCost and lease are both set: leased units are spent in advance")
+	}
+	return nil
+}
+
+func (r Rule) validate() error {
+	if c := r.Calendar; c != nil {
+		if r.WindowMs != 0 {
+			return errors.New("calendar and windowMs are both set")
+		}
+		if _, err := limiter.LoadZone(c.TimeZone); err != nil {
+			return fmt.Errorf("calendar: %w", err)
+		}
+	}
+	if err := r.LimiterLimit().Validate(); err != nil {
+		return err
+	}
+	if r.Cost < 1 || r.Cost > r.LimiterLimit().Capacity() {
+		return fmt.Errorf("cost %d is outside 1..%d", r.Cost, r.LimiterLimit().Capacity())
+	}
+	for _, sr := range r.CountWhen {
+		if sr.Lo < 100 || sr.Hi > 599 || sr.Lo > sr.Hi {
+			return fmt.Errorf("countWhen range %d-%d is not within 100..599", sr.Lo, sr.Hi)
+		}
+	}
+	if len(r.CountWhen) > 0 && !r.LimiterLimit().LateChargeable() {
+		return fmt.Errorf("countWhen applies only to FixedWindow and TokenBucket, not %s", r.Algorithm)
+	}
+	if err := r.validateResponseCost(); err != nil {
+		return err
+	}
+	if r.Mode != Enforce && r.Mode != Shadow {
+		return fmt.Errorf("mode %q is not Enforce or Shadow", r.Mode)
+	}
+	if l := r.Lease; l != nil {
+		if err := r.LimiterLimit().Leasable(); err != nil {
+			return fmt.Errorf("lease: %w", err)
+		}
+		if l.MaxAge() < limiter.MinLeaseAge || l.MaxAge() > limiter.MaxLeaseAge {
+			return fmt.Errorf("lease.maxAgeMs %d is outside %d..%d", l.MaxAgeMs, limiter.MinLeaseAge.Milliseconds(), limiter.MaxLeaseAge.Milliseconds())
+		}
+		if l.MaxUnits < 0 || l.MaxUnits > r.LimiterLimit().Capacity() {
+			return fmt.Errorf("lease.maxUnits %d is outside 0..%d (0: derived from the rate)", l.MaxUnits, r.LimiterLimit().Capacity())
+		}
+	}
+	if len(r.Key) == 0 {
+		return errors.New("empty key")
+	}
+	for _, k := range r.Key {
+		if (k.Source == SourceDescriptor) != r.Descriptor() {
+			return fmt.Errorf("key part %s in a rule that does not match descriptors, or an HTTP key part in one that does", k.Source)
+		}
+		switch k.Source {
+		case SourceClientIP, SourcePath, SourceMethod:
+		case SourceHeader, SourceQuery:
+			if k.Name == "" {
+				return fmt.Errorf("key part %s without a name", k.Source)
+			}
+		case SourceDescriptor:
+			if !slices.ContainsFunc(r.Match.Descriptors, func(e DescriptorEntry) bool { return e.Key == k.Name }) {
+				return fmt.Errorf("key part descriptor %q is not one of the descriptor entries the rule matches", k.Name)
+			}
+		default:
+			return fmt.Errorf("key part source %q is unknown", k.Source)
+		}
+	}
+	return nil
+}
