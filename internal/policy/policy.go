@@ -289,10 +289,13 @@ type DescriptorEntry struct {
 // policy's Domain, and sidecars skip.
 func (r Rule) Descriptor() bool { return r.Match != nil && len(r.Match.Descriptors) > 0 }
 
-// HeaderMatch is a header that must have exactly Value.
+// HeaderMatch is a condition on the header Name: with Absent, the header is absent; with
+// NotIn, its value is none of NotIn or it is absent; otherwise it is present with exactly Value.
 type HeaderMatch struct {
-	Name  string `json:"name"`
-	Value string `json:"value"`
+	Name   string   `json:"name"`
+	Value  string   `json:"value"`
+	Absent bool     `json:"absent,omitempty"`
+	NotIn  []string `json:"notIn,omitempty"`
 }
 
 // Key part sources.
@@ -482,6 +485,13 @@ func (r Rule) validate() error {
 		}
 		if l.MaxUnits < 0 || l.MaxUnits > r.LimiterLimit().Capacity() {
 			return fmt.Errorf("lease.maxUnits %d is outside 0..%d (0: derived from the rate)", l.MaxUnits, r.LimiterLimit().Capacity())
+		}
+	}
+	if m := r.Match; m != nil {
+		for _, h := range m.Headers {
+			if h.Absent && (h.Value != "" || len(h.NotIn) > 0) || len(h.NotIn) > 0 && h.Value != "" {
+				return fmt.Errorf("header match %s sets more than one of value, absent, notIn", h.Name)
+			}
 		}
 	}
 	if len(r.Key) == 0 {
