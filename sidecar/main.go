@@ -31,6 +31,7 @@ import (
 	"github.com/sluice-dev/sluice/internal/inject"
 	"github.com/sluice-dev/sluice/internal/limiter"
 	"github.com/sluice-dev/sluice/internal/limiter/lease"
+	"github.com/sluice-dev/sluice/internal/version"
 	"github.com/sluice-dev/sluice/sidecar/breaker"
 	"github.com/sluice-dev/sluice/sidecar/cmdline"
 	"github.com/sluice-dev/sluice/sidecar/config"
@@ -39,6 +40,10 @@ import (
 )
 
 func main() {
+	if len(os.Args) == 2 && (os.Args[1] == "--version" || os.Args[1] == "-version") {
+		fmt.Println(version.String("sluice-sidecar"))
+		return
+	}
 	if err := run(); err != nil {
 		fmt.Fprintln(os.Stderr, "sluice-sidecar:", err)
 		os.Exit(1)

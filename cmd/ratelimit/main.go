@@ -35,6 +35,7 @@ import (
 
 	"github.com/sluice-dev/sluice/internal/limiter"
 	"github.com/sluice-dev/sluice/internal/rls"
+	"github.com/sluice-dev/sluice/internal/version"
 	"github.com/sluice-dev/sluice/sidecar/breaker"
 	"github.com/sluice-dev/sluice/sidecar/cmdline"
 	"github.com/sluice-dev/sluice/sidecar/config"
@@ -43,6 +44,10 @@ import (
 )
 
 func main() {
+	if len(os.Args) == 2 && (os.Args[1] == "--version" || os.Args[1] == "-version") {
+		fmt.Println(version.String("sluice-ratelimit"))
+		return
+	}
 	if err := run(); err != nil {
 		fmt.Fprintln(os.Stderr, "sluice-ratelimit:", err)
 		os.Exit(1)
