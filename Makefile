@@ -107,10 +107,14 @@ $(GOLANGCI_LINT)-$(GOLANGCI_LINT_VERSION): | $(LOCALBIN)
 	GOBIN=$(LOCALBIN) go install github.com/golangci/golangci-lint/v2/cmd/golangci-lint@$(GOLANGCI_LINT_VERSION)
 	touch $@
 
+# helm's release builds stamp the Kubernetes version helm template and lint assume (that of
+# its client-go); go install does not, and they would assume 1.20, older than the chart's
+# kubeVersion.
+HELM_K8S_MINOR ?= 37
 .PHONY: helm
-helm: $(HELM)-$(HELM_VERSION) ## Install helm into ./bin.
-$(HELM)-$(HELM_VERSION): | $(LOCALBIN)
-	GOBIN=$(LOCALBIN) go install helm.sh/helm/v3/cmd/helm@$(HELM_VERSION)
+helm: $(HELM)-$(HELM_VERSION)-k8s1.$(HELM_K8S_MINOR) ## Install helm into ./bin.
+$(HELM)-$(HELM_VERSION)-k8s1.$(HELM_K8S_MINOR): | $(LOCALBIN)
+	GOBIN=$(LOCALBIN) go install -ldflags "$(foreach p,pkg/chartutil pkg/lint/rules,-X helm.sh/helm/v3/$(p).k8sVersionMajor=1 -X helm.sh/helm/v3/$(p).k8sVersionMinor=$(HELM_K8S_MINOR))" helm.sh/helm/v3/cmd/helm@$(HELM_VERSION)
 	touch $@
 
 .PHONY: helm-lint
