@@ -286,8 +286,8 @@ type Rule struct {
 
 	// lease lets each sidecar take units of this rule's shared limit from Redis in advance,
 	// spend them locally and give back what it has not used when the lease ends: far fewer
-	// Redis calls for a hot key, at the price of a stated excess (see the README's algorithm
-	// section). Absent: every decision is made in Redis. Not for SlidingWindowLog or
+	// Redis calls for a hot key, at the price of a stated excess (see docs/leases.md of the
+	// repository). Absent: every decision is made in Redis. Not for SlidingWindowLog or
 	// LeakyBucket mode Queue.
 	// +optional
 	Lease *LeaseSpec `json:"lease,omitempty"`
