@@ -298,6 +298,20 @@ type HeaderMatch struct {
 	NotIn  []string `json:"notIn,omitempty"`
 }
 
+// validate checks that each header condition of m (nil: every request) sets one of Value,
+// Absent and NotIn.
+func (m *Match) validate() error {
+	if m == nil {
+		return nil
+	}
+	for _, h := range m.Headers {
+		if h.Absent && (h.Value != "" || len(h.NotIn) > 0) || len(h.NotIn) > 0 && h.Value != "" {
+			return fmt.Errorf("header match %s sets more than one of value, absent, notIn", h.Name)
+		}
+	}
+	return nil
+}
+
 // Key part sources.
 const (
 	SourceClientIP = "clientIP"
@@ -406,7 +420,7 @@ func (p Policy) Validate() error {
 		return errors.New("no rules")
 	}
 	for _, r := range p.Rules {
-		if err := r.validate(); err != nil {
+		if err := errors.Join(r.validate(), r.Match.validate()); err != nil {
 			return fmt.Errorf("rule %s: %w", r.Name, err)
 		}
 		if r.Descriptor() && p.Domain == "" {
@@ -485,13 +499,6 @@ func (r Rule) validate() error {
 		}
 		if l.MaxUnits < 0 || l.MaxUnits > r.LimiterLimit().Capacity() {
 			return fmt.Errorf("lease.maxUnits %d is outside 0..%d (0: derived from the rate)", l.MaxUnits, r.LimiterLimit().Capacity())
-		}
-	}
-	if m := r.Match; m != nil {
-		for _, h := range m.Headers {
-			if h.Absent && (h.Value != "" || len(h.NotIn) > 0) || len(h.NotIn) > 0 && h.Value != "" {
-				return fmt.Errorf("header match %s sets more than one of value, absent, notIn", h.Name)
-			}
 		}
 	}
 	if len(r.Key) == 0 {
