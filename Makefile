@@ -125,10 +125,14 @@ $(GOLANGCI_LINT)-$(GOLANGCI_LINT_VERSION): | $(LOCALBIN)
 	GOBIN=$(LOCALBIN) go install github.com/golangci/golangci-lint/v2/cmd/golangci-lint@$(GOLANGCI_LINT_VERSION)
 	touch $@
 
+# helm's release builds stamp the Kubernetes version helm template and lint assume (that of
+# its client-go); go install does not, and they would assume 1.20, older than the chart's
+# kubeVersion.
+HELM_K8S_MINOR ?= 37
 .PHONY: helm
-helm: $(HELM)-$(HELM_VERSION) ## Install helm into ./bin.
-$(HELM)-$(HELM_VERSION): | $(LOCALBIN)
-	GOBIN=$(LOCALBIN) go install helm.sh/helm/v3/cmd/helm@$(HELM_VERSION)
+helm: $(HELM)-$(HELM_VERSION)-k8s1.$(HELM_K8S_MINOR) ## Install helm into ./bin.
+$(HELM)-$(HELM_VERSION)-k8s1.$(HELM_K8S_MINOR): | $(LOCALBIN)
+	GOBIN=$(LOCALBIN) go install -ldflags "$(foreach p,pkg/chartutil pkg/lint/rules,-X helm.sh/helm/v3/$(p).k8sVersionMajor=1 -X helm.sh/helm/v3/$(p).k8sVersionMinor=$(HELM_K8S_MINOR))" helm.sh/helm/v3/cmd/helm@$(HELM_VERSION)
 	touch $@
 
 .PHONY: helm-lint
@@ -185,9 +189,32 @@ chaos: ## Kill, restart, pause and resume Redis under load through two sidecars,
 
 ##@ Deployment
 
-IMG ?= ghcr.io/sluice-dev/sluice-manager:latest
-SIDECAR_IMG ?= ghcr.io/sluice-dev/sluice-sidecar:latest
-RLS_IMG ?= ghcr.io/sluice-dev/sluice-ratelimit:latest
+# The version the binaries print (--version), the images are tagged and labelled with, and the
+# chart runs by default: the chart's appVersion, so that make images and helm install agree.
+VERSION ?= $(shell sed -n 's/^appVersion: *//p' dist/chart/Chart.yaml)
+REVISION ?= $(shell git rev-parse HEAD 2>/dev/null)
+# REGISTRY=host/prefix pushes REGISTRY/sluice-{manager,sidecar,ratelimit}:VERSION; empty writes
+# bin/images/sluice-*.tar for ctr images import or kind load image-archive.
+REGISTRY ?=
+# Where the archives go, and the repository prefix they name their images with.
+IMAGES_OUT ?= $(LOCALBIN)/images
+IMAGES_NAME_PREFIX ?= ghcr.io/sluice-dev
+GOARCH_IMAGES ?= amd64
+IMAGES_LDFLAGS = -s -w -buildid= -X github.com/sluice-dev/sluice/internal/version.Version=$(VERSION)
+
+.PHONY: images
+images: ## Build the manager, sidecar and RLS server images without Docker: push with REGISTRY=host/prefix, else OCI archives in bin/images.
+	mkdir -p $(IMAGES_OUT)/bin
+	CGO_ENABLED=0 GOOS=linux GOARCH=$(GOARCH_IMAGES) go build -trimpath -ldflags "$(IMAGES_LDFLAGS)" -o $(IMAGES_OUT)/bin/manager ./cmd/manager
+	CGO_ENABLED=0 GOOS=linux GOARCH=$(GOARCH_IMAGES) go build -trimpath -ldflags "$(IMAGES_LDFLAGS)" -o $(IMAGES_OUT)/bin/sluice-sidecar ./sidecar
+	CGO_ENABLED=0 GOOS=linux GOARCH=$(GOARCH_IMAGES) go build -trimpath -ldflags "$(IMAGES_LDFLAGS)" -o $(IMAGES_OUT)/bin/sluice-ratelimit ./cmd/ratelimit
+	cd hack/images && go run . -version $(VERSION) -revision "$(REVISION)" -arch $(GOARCH_IMAGES) \
+	    -out $(abspath $(IMAGES_OUT)) -name-prefix $(IMAGES_NAME_PREFIX) $(if $(REGISTRY),-registry $(REGISTRY)) \
+	    manager=$(abspath $(IMAGES_OUT))/bin/manager sidecar=$(abspath $(IMAGES_OUT))/bin/sluice-sidecar ratelimit=$(abspath $(IMAGES_OUT))/bin/sluice-ratelimit
+
+IMG ?= ghcr.io/sluice-dev/sluice-manager:$(VERSION)
+SIDECAR_IMG ?= ghcr.io/sluice-dev/sluice-sidecar:$(VERSION)
+RLS_IMG ?= ghcr.io/sluice-dev/sluice-ratelimit:$(VERSION)
 CONTAINER_TOOL ?= docker
 KUSTOMIZE ?= $(LOCALBIN)/kustomize
 KUSTOMIZE_VERSION ?= v5.8.1
@@ -195,9 +222,9 @@ KUBECTL ?= kubectl
 
 .PHONY: docker-build
 docker-build: ## Build the manager (IMG), sidecar (SIDECAR_IMG) and RLS server (RLS_IMG) images.
-	$(CONTAINER_TOOL) build -t $(IMG) -f Dockerfile .
-	$(CONTAINER_TOOL) build -t $(SIDECAR_IMG) -f Dockerfile.sidecar .
-	$(CONTAINER_TOOL) build -t $(RLS_IMG) -f Dockerfile.ratelimit .
+	$(CONTAINER_TOOL) build --build-arg VERSION=$(VERSION) -t $(IMG) -f Dockerfile .
+	$(CONTAINER_TOOL) build --build-arg VERSION=$(VERSION) -t $(SIDECAR_IMG) -f Dockerfile.sidecar .
+	$(CONTAINER_TOOL) build --build-arg VERSION=$(VERSION) -t $(RLS_IMG) -f Dockerfile.ratelimit .
 
 .PHONY: docker-push
 docker-push: ## Push the three images.

@@ -30,10 +30,15 @@ import (
 	"github.com/sluice-dev/sluice/internal/dataplane/engine"
 	"github.com/sluice-dev/sluice/internal/dataplane/metrics"
 	"github.com/sluice-dev/sluice/internal/inject"
+	"github.com/sluice-dev/sluice/internal/version"
 	"github.com/sluice-dev/sluice/sidecar/proxy"
 )
 
 func main() {
+	if len(os.Args) == 2 && (os.Args[1] == "--version" || os.Args[1] == "-version") {
+		fmt.Println(version.String("sluice-sidecar"))
+		return
+	}
 	if err := run(); err != nil {
 		fmt.Fprintln(os.Stderr, "sluice-sidecar:", err)
 		os.Exit(1)

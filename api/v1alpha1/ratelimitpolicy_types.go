@@ -286,8 +286,8 @@ type Rule struct {
 
 	// lease lets each sidecar take units of this rule's shared limit from Redis in advance,
 	// spend them locally and give back what it has not used when the lease ends: far fewer
-	// Redis calls for a hot key, at the price of a stated excess (see the README's algorithm
-	// section). Absent: every decision is made in Redis. Not for SlidingWindowLog or
+	// Redis calls for a hot key, at the price of a stated excess (see docs/leases.md of the
+	// repository). Absent: every decision is made in Redis. Not for SlidingWindowLog or
 	// LeakyBucket mode Queue.
 	// +optional
 	Lease *LeaseSpec `json:"lease,omitempty"`
@@ -405,7 +405,9 @@ type RuleMatch struct {
 	// +kubebuilder:validation:MaxItems=9
 	Methods []HTTPMethod `json:"methods,omitempty"`
 
-	// headers matches requests carrying each of these headers with exactly the given value.
+	// headers matches requests whose headers meet each of these conditions: a header with
+	// exactly a value, a header that is absent, or a header whose value is none of a list
+	// (or that is absent).
 	// +optional
 	// +listType=map
 	// +listMapKey=name
@@ -438,16 +440,33 @@ type DescriptorMatch struct {
 	Value string `json:"value,omitempty"`
 }
 
-// HeaderMatch is a header that must have a value.
+// HeaderMatch is a condition on one request header. Exactly one of value, absent and notIn
+// is set.
+// +kubebuilder:validation:XValidation:rule="[has(self.value), has(self.absent), has(self.notIn)].filter(x, x).size() == 1",message="each header match sets exactly one of value, absent, notIn"
+// +kubebuilder:validation:XValidation:rule="!has(self.absent) || self.absent",message="absent: false is no condition; omit the header from match.headers, or set absent: true to match requests without it"
 type HeaderMatch struct {
 	// name is the header's name; matched case-insensitively.
 	// +required
 	Name HeaderName `json:"name"`
 
-	// value is the value the header must have, compared exactly.
-	// +required
+	// value matches requests that carry the header with exactly this value.
+	// +optional
 	// +kubebuilder:validation:MaxLength=1024
-	Value string `json:"value"`
+	Value string `json:"value,omitempty"`
+
+	// absent, when true, matches requests that do not carry the header at all.
+	// +optional
+	Absent bool `json:"absent,omitempty"`
+
+	// notIn matches requests whose header value is none of these values, and requests that do
+	// not carry the header: with the values a gateway sets, it catches every other request,
+	// e.g. keys without a known plan.
+	// +optional
+	// +listType=set
+	// +kubebuilder:validation:MinItems=1
+	// +kubebuilder:validation:MaxItems=16
+	// +kubebuilder:validation:items:MaxLength=1024
+	NotIn []string `json:"notIn,omitempty"`
 }
 
 // KeyPart is one part of a rule's key. Exactly one source is set.

@@ -22,10 +22,24 @@ import (
 
 	"github.com/sluice-dev/sluice/internal/controller"
 	"github.com/sluice-dev/sluice/internal/inject"
+	"github.com/sluice-dev/sluice/internal/version"
 	"github.com/sluice-dev/sluice/internal/webhook"
 )
 
 func main() {
+	if len(os.Args) > 1 {
+		switch os.Args[1] {
+		case "--version", "-version":
+			fmt.Println(version.String("sluice-manager"))
+			return
+		case "check":
+			if err := runCheck(os.Args[2:]); err != nil {
+				fmt.Fprintln(os.Stderr, "sluice-manager check:", err)
+				os.Exit(1)
+			}
+			return
+		}
+	}
 	var (
 		metricsAddr, probeAddr, namespace                string
 		leaderElect, webhookEnabled, rotateCerts         bool
@@ -147,7 +161,7 @@ func main() {
 	if err := mgr.AddReadyzCheck("readyz", readyz); err != nil {
 		fail(err, "Unable to set up ready check")
 	}
-	log.Info("Starting manager", "namespace", namespace, "webhook", webhookEnabled, "sidecarImage", cfg.Image)
+	log.Info("Starting manager", "version", version.Get(), "namespace", namespace, "webhook", webhookEnabled, "sidecarImage", cfg.Image)
 	if err := mgr.Start(ctrl.SetupSignalHandler()); err != nil {
 		fail(err, "Manager stopped with an error")
 	}

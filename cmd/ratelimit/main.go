@@ -35,9 +35,14 @@ import (
 	"github.com/sluice-dev/sluice/internal/dataplane/engine"
 	"github.com/sluice-dev/sluice/internal/dataplane/metrics"
 	"github.com/sluice-dev/sluice/internal/rls"
+	"github.com/sluice-dev/sluice/internal/version"
 )
 
 func main() {
+	if len(os.Args) == 2 && (os.Args[1] == "--version" || os.Args[1] == "-version") {
+		fmt.Println(version.String("sluice-ratelimit"))
+		return
+	}
 	if err := run(); err != nil {
 		fmt.Fprintln(os.Stderr, "sluice-ratelimit:", err)
 		os.Exit(1)

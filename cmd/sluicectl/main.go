@@ -11,6 +11,8 @@ import (
 	"fmt"
 	"io"
 	"os"
+
+	"github.com/sluice-dev/sluice/internal/version"
 )
 
 const usage = `usage: sluicectl <command> [flags]
@@ -21,6 +23,7 @@ commands:
              (simulate rules: requests against several rules, decided as one unit)
   status     what the sidecars of a namespace decide now, per policy and rule (via the API server)
   quota      get or reset one key's counter of a rule in Redis (remaining, reset time, debt)
+  version    print the version
 `
 
 func main() {
@@ -43,6 +46,9 @@ func run(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 		return runStatus(args[1:], stdout, stderr)
 	case "quota":
 		return runQuota(args[1:], stdout, stderr)
+	case "version", "--version":
+		fmt.Fprintln(stdout, version.String("sluicectl"))
+		return 0
 	case "help", "-h", "--help":
 		fmt.Fprint(stdout, usage)
 		return 0

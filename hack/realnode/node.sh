@@ -48,7 +48,7 @@ SYSCTLS=(vm.overcommit_memory vm.panic_on_oom kernel.panic kernel.panic_on_oops
 # Host directories that containerd 1.6, CNI and kubelet use whatever they are told; `down`
 # removes what appeared in them during the run.
 HOST_DIRS=(/run/containerd /var/lib/cni /var/log/containers /run/netns /var/run/netns)
-IMAGES=(pause sidecar upstream manager)
+IMAGES=(pause upstream sluice-manager sluice-sidecar sluice-ratelimit)
 
 say() { echo "realnode: $*" >&2; }
 die() { say "$*"; exit 1; }
@@ -184,14 +184,12 @@ images() {
     export CGO_ENABLED=0
     go build -o "$out/bin/mkimage" ./hack/realnode/mkimage
     go build -trimpath -o "$out/bin/pause" ./hack/realnode/pause
-    go build -trimpath -o "$out/bin/sluice-sidecar" ./sidecar
     go build -trimpath -o "$out/bin/upstream" ./cmd/upstream
-    go build -trimpath -o "$out/bin/manager" ./cmd/manager
+    # Sluice's own images exactly as users build them (docs/install.md), named sluice.local/...:dev.
+    make images VERSION=dev IMAGES_OUT="$out" IMAGES_NAME_PREFIX=sluice.local
   ) >&2
   "$out/bin/mkimage" -o "$out/pause.tar" -name sluice.local/pause:dev -entrypoint /pause "$out/bin/pause=/pause"
-  "$out/bin/mkimage" -o "$out/sidecar.tar" -name sluice.local/sidecar:dev -entrypoint /sluice-sidecar "$out/bin/sluice-sidecar=/sluice-sidecar"
   "$out/bin/mkimage" -o "$out/upstream.tar" -name sluice.local/upstream:dev -entrypoint /upstream "$out/bin/upstream=/upstream"
-  "$out/bin/mkimage" -o "$out/manager.tar" -name sluice.local/manager:dev -entrypoint /manager "$out/bin/manager=/manager"
   for b in "${IMAGES[@]}"; do [ -s "$out/$b.tar" ] || die "image $b was not built"; done
 }
 

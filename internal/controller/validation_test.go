@@ -37,6 +37,11 @@ func algorithm(a v1alpha1.Algorithm) func(*v1alpha1.RateLimitPolicy) {
 	return rule0(func(r *v1alpha1.Rule) { r.Algorithm = a })
 }
 
+// headerMatch makes the first rule match requests by the header condition h alone.
+func headerMatch(h v1alpha1.HeaderMatch) func(*v1alpha1.RateLimitPolicy) {
+	return rule0(func(r *v1alpha1.Rule) { r.Match = &v1alpha1.RuleMatch{Headers: []v1alpha1.HeaderMatch{h}} })
+}
+
 func window(w string) func(*v1alpha1.RateLimitPolicy) {
 	return rule0(func(r *v1alpha1.Rule) { r.Window = v1alpha1.Window(w) })
 }
@@ -155,6 +160,15 @@ var _ = Describe("RateLimitPolicy validation", func() {
 		Entry("key header with a space", rule0(func(r *v1alpha1.Rule) {
 			r.Key[0] = v1alpha1.KeyPart{Header: &v1alpha1.HeaderKey{Name: "X Api Key"}}
 		}), "spec.rules[0].key[0].header.name", "must be an HTTP header name"),
+		Entry("header match with value and absent", headerMatch(v1alpha1.HeaderMatch{Name: "X-Plan", Value: "pro", Absent: true}),
+			"spec.rules[0].match.headers[0]", "each header match sets exactly one of value, absent, notIn"),
+		Entry("header match with no condition", headerMatch(v1alpha1.HeaderMatch{Name: "X-Plan"}),
+			"spec.rules[0].match.headers[0]", "each header match sets exactly one of value, absent, notIn"),
+		Entry("header match with notIn and value", headerMatch(v1alpha1.HeaderMatch{Name: "X-Plan", Value: "pro", NotIn: []string{"basic"}}),
+			"spec.rules[0].match.headers[0]", "each header match sets exactly one of value, absent, notIn"),
+		Entry("header match with an empty notIn", func(p *v1alpha1.RateLimitPolicy) {
+			headerMatch(v1alpha1.HeaderMatch{Name: "X-Plan", NotIn: []string{}})(p)
+		}, "spec.rules[0].match.headers[0]", "exactly one of value, absent, notIn"),
 		Entry("cost header with a colon", rule0(func(r *v1alpha1.Rule) { r.CostHeader = "X-Cost:" }),
 			"spec.rules[0].costHeader", "must be an HTTP header name"),
 		Entry("trusted proxy that is no CIDR", func(p *v1alpha1.RateLimitPolicy) {

@@ -281,10 +281,13 @@ type DescriptorEntry struct {
 // policy's Domain, and sidecars skip.
 func (r Rule) Descriptor() bool { return r.Match != nil && len(r.Match.Descriptors) > 0 }
 
-// HeaderMatch is a header that must have exactly Value.
+// HeaderMatch is a condition on the header Name: with Absent, the header is absent; with
+// NotIn, its value is none of NotIn or it is absent; otherwise it is present with exactly Value.
 type HeaderMatch struct {
-	Name  string `json:"name"`
-	Value string `json:"value"`
+	Name   string   `json:"name"`
+	Value  string   `json:"value"`
+	Absent bool     `json:"absent,omitempty"`
+	NotIn  []string `json:"notIn,omitempty"`
 }
 
 // Key part sources.

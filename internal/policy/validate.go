@@ -69,7 +69,7 @@ func (p Policy) Validate() error {
 		return errors.New("no rules")
 	}
 	for _, r := range p.Rules {
-		if err := r.validate(); err != nil {
+		if err := errors.Join(r.validate(), r.Match.validate()); err != nil {
 			return fmt.Errorf("rule %s: %w", r.Name, err)
 		}
 		if r.Descriptor() && p.Domain == "" {
@@ -169,6 +169,20 @@ func (r Rule) validate() error {
 			}
 		default:
 			return fmt.Errorf("key part source %q is unknown", k.Source)
+		}
+	}
+	return nil
+}
+
+// validate checks that each header condition of m (nil: every request) sets one of Value,
+// Absent and NotIn.
+func (m *Match) validate() error {
+	if m == nil {
+		return nil
+	}
+	for _, h := range m.Headers {
+		if h.Absent && (h.Value != "" || len(h.NotIn) > 0) || len(h.NotIn) > 0 && h.Value != "" {
+			return fmt.Errorf("header match %s sets more than one of value, absent, notIn", h.Name)
 		}
 	}
 	return nil

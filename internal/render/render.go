@@ -137,7 +137,7 @@ func compileRule(r v1alpha1.Rule) (policy.Rule, error) {
 		}
 		slices.Sort(out.Match.Methods)
 		for _, h := range m.Headers {
-			out.Match.Headers = append(out.Match.Headers, policy.HeaderMatch{Name: canonicalHeader(string(h.Name)), Value: h.Value})
+			out.Match.Headers = append(out.Match.Headers, policy.HeaderMatch{Name: canonicalHeader(string(h.Name)), Value: h.Value, Absent: h.Absent, NotIn: slices.Sorted(slices.Values(h.NotIn))})
 		}
 		slices.SortFunc(out.Match.Headers, func(a, b policy.HeaderMatch) int { return strings.Compare(a.Name, b.Name) })
 		for _, d := range m.Descriptors { // in order: a descriptor's entries are a path

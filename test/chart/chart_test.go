@@ -129,6 +129,9 @@ func withoutKeys(m map[string]string, keys []string) map[string]string {
 func TestChartRendersConfigDefault(t *testing.T) {
 	chart := map[string]*unstructured.Unstructured{}
 	for _, o := range helmTemplate(t) {
+		if _, hook := o.GetAnnotations()["helm.sh/hook"]; hook {
+			continue // the helm test pod: Helm's, not an installed object
+		}
 		o.SetLabels(withoutKeys(o.GetLabels(), ignoredLabels))
 		if a := withoutKeys(o.GetAnnotations(), ignoredAnnotations); len(a) > 0 {
 			o.SetAnnotations(a)
@@ -207,7 +210,11 @@ func TestChartValues(t *testing.T) {
 		"redis.timeout=50ms", "sidecar.resources.requests.cpu=25m", "sidecar.resources.limits.memory=96Mi",
 		"webhook.certificateMode=cert-manager", "prometheus.serviceMonitor.enable=true",
 		"prometheus.podMonitor.enable=true", "prometheus.rules.enable=true", "manager.replicas=3",
-		"ratelimit.replicas=4", "ratelimit.image.repository=registry.example/sluice-ratelimit", "ratelimit.image.tag=v1.2.3")
+		"ratelimit.replicas=4", "ratelimit.image.repository=registry.example/sluice-ratelimit", "ratelimit.image.tag=v1.2.3",
+		"imagePullSecrets[0].name=regcred", "manager.nodeSelector.disk=ssd", "ratelimit.nodeSelector.disk=ssd",
+		"manager.priorityClassName=sluice-critical", "ratelimit.priorityClassName=sluice-critical",
+		"manager.tolerations[0].key=dedicated", "manager.tolerations[0].operator=Exists",
+		"ratelimit.tolerations[0].key=dedicated", "ratelimit.tolerations[0].operator=Exists")
 	args := managerArgs(t, objs)
 	for _, want := range []string{
 		"manager=registry.example/sluice-manager:v1.2.3", "image=registry.example/sluice-sidecar:v1.2.3",
@@ -220,11 +227,12 @@ func TestChartValues(t *testing.T) {
 			t.Errorf("manager args lack %q: %v", want, args)
 		}
 	}
-	for _, want := range []string{"Certificate", "Issuer", "PodMonitor", "PrometheusRule", "ServiceMonitor", "Service"} {
+	for _, want := range []string{"Certificate", "Issuer", "PodMonitor", "PrometheusRule", "ServiceMonitor", "Service", "PodDisruptionBudget"} {
 		if !slices.Contains(kinds(objs), want) {
 			t.Errorf("no %s rendered: %v", want, kinds(objs))
 		}
 	}
+	rlsMonitor := false
 	for _, o := range objs {
 		switch o.GetKind() {
 		case "MutatingWebhookConfiguration":
@@ -236,7 +244,19 @@ func TestChartValues(t *testing.T) {
 			if len(groups) != 2 {
 				t.Errorf("PrometheusRule has %d groups, want the 2 of config/prometheus", len(groups))
 			}
+		case "PodMonitor":
+			if o.GetName() == "sluice-ratelimit" {
+				sel, _, _ := unstructured.NestedStringMap(o.Object, "spec", "selector", "matchLabels")
+				if sel["app.kubernetes.io/name"] != "sluice-ratelimit" {
+					t.Errorf("the RLS PodMonitor selects %v", sel)
+				}
+				rlsMonitor = true
+			}
 		case "Deployment":
+			spec, _, _ := unstructured.NestedMap(o.Object, "spec", "template", "spec")
+			if got := fmt.Sprintf("%v %v %v %v", spec["imagePullSecrets"], spec["nodeSelector"], spec["priorityClassName"], spec["tolerations"]); got != "[map[name:regcred]] map[disk:ssd] sluice-critical [map[key:dedicated operator:Exists]]" {
+				t.Errorf("%s: pull secrets, node selector, priority class, tolerations: %s", o.GetName(), got)
+			}
 			want := "3"
 			if o.GetName() == "sluice-ratelimit" {
 				want = "4"
@@ -245,14 +265,15 @@ func TestChartValues(t *testing.T) {
 				if img := fmt.Sprint(c["image"]); img != "registry.example/sluice-ratelimit:v1.2.3" {
 					t.Errorf("RLS image %s", img)
 				}
-				if env := fmt.Sprint(c["env"]); !strings.Contains(env, "SLUICE_REDIS_URL value:redis://redis.cache:6379/0") {
-					t.Errorf("the RLS server does not get redis.url: %s", env)
-				}
+				checkRLSRedis(t, c)
 			}
 			if r, _, _ := unstructured.NestedFieldNoCopy(o.Object, "spec", "replicas"); fmt.Sprint(r) != want {
 				t.Errorf("%s replicas %v, want %s", o.GetName(), r, want)
 			}
 		}
+	}
+	if !rlsMonitor {
+		t.Error("no PodMonitor for the RLS server's pods")
 	}
 	if defaults := managerArgs(t, helmTemplate(t)); slices.ContainsFunc(defaults, func(a string) bool {
 		return strings.HasPrefix(a, "--sidecar-redis") || strings.HasPrefix(a, "--webhook-cert-rotation")
@@ -307,5 +328,101 @@ func TestChartDryRun(t *testing.T) {
 				t.Errorf("applied %d objects", applied)
 			}
 		})
+	}
+}
+
+// checkRLSRedis checks that the RLS server's container c gets the Redis settings the sidecars
+// get, in the form the webhook injects them: the URL with rediss for TLS, the password from
+// the Secret (never in the spec), the call budget.
+func checkRLSRedis(t *testing.T, c map[string]any) {
+	t.Helper()
+	env := map[string]string{}
+	list, _, _ := unstructured.NestedSlice(c, "env")
+	for _, e := range list {
+		e := e.(map[string]any)
+		if v, ok := e["value"]; ok {
+			env[fmt.Sprint(e["name"])] = fmt.Sprint(v)
+		} else {
+			ref, _, _ := unstructured.NestedStringMap(e, "valueFrom", "secretKeyRef")
+			env[fmt.Sprint(e["name"])] = "secret " + ref["name"] + "/" + ref["key"]
+		}
+	}
+	for name, want := range map[string]string{
+		"SLUICE_REDIS_URL":      "rediss://redis.cache:6379/0",
+		"SLUICE_REDIS_PASSWORD": "secret redis-auth/password",
+		"SLUICE_REDIS_TIMEOUT":  "50ms",
+	} {
+		if env[name] != want {
+			t.Errorf("the RLS server's %s is %q, want %q (env %v)", name, env[name], want, env)
+		}
+	}
+}
+
+// TestChartDefaultImages: without tags, every image is the chart's appVersion, the tag make
+// images gives by default.
+func TestChartDefaultImages(t *testing.T) {
+	var chart struct {
+		AppVersion string `json:"appVersion"`
+	}
+	data, err := os.ReadFile(filepath.Join(root(t), "dist", "chart", "Chart.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := yaml.Unmarshal(data, &chart); err != nil || chart.AppVersion == "" {
+		t.Fatalf("Chart.yaml appVersion: %v", err)
+	}
+	var images []string
+	for _, o := range helmTemplate(t) {
+		if o.GetKind() != "Deployment" && o.GetKind() != "Pod" {
+			continue
+		}
+		path := []string{"spec", "template", "spec", "containers"}
+		if o.GetKind() == "Pod" {
+			path = []string{"spec", "containers"}
+		}
+		cs, _, _ := unstructured.NestedSlice(o.Object, path...)
+		for _, c := range cs {
+			c := c.(map[string]any)
+			images = append(images, fmt.Sprint(c["image"]))
+			list, _, _ := unstructured.NestedSlice(c, "env")
+			for _, e := range list {
+				if e := e.(map[string]any); e["name"] == "SLUICE_SIDECAR_IMAGE" {
+					images = append(images, fmt.Sprint(e["value"]))
+				}
+			}
+		}
+	}
+	if len(images) != 4 { // manager, sidecar, RLS server, helm test
+		t.Fatalf("images %v", images)
+	}
+	for _, img := range images {
+		if !strings.HasSuffix(img, ":"+chart.AppVersion) {
+			t.Errorf("image %s is not tagged with appVersion %s", img, chart.AppVersion)
+		}
+	}
+}
+
+// TestChartRefusesBadValues: values.schema.json refuses a wrong value with a message naming
+// it, in helm template (and so helm install and helm lint).
+func TestChartRefusesBadValues(t *testing.T) {
+	for set, want := range map[string]string{
+		"manager.replicas=0":                 "/manager/replicas",
+		"redis.timeout=fast":                 "/redis/timeout",
+		"redis.url=http://redis:6379":        "/redis/url",
+		"webhook.certificateMode=manual":     "/webhook/certificateMode",
+		"manager.imagePullSecrets[0]=x":      "imagePullSecrets",
+		"ratelimit.replica=3":                "replica",
+		"sidecar.image.pullPolicy=Sometimes": "/sidecar/image/pullPolicy",
+	} {
+		cmd := exec.Command(helmBin(t), "template", release, "dist/chart", "--namespace", namespace, "--set", set)
+		cmd.Dir = root(t)
+		out, err := cmd.CombinedOutput()
+		if err == nil {
+			t.Errorf("--set %s: helm template succeeded", set)
+			continue
+		}
+		if !strings.Contains(string(out), want) {
+			t.Errorf("--set %s: the message does not name %s:\n%s", set, want, out)
+		}
 	}
 }

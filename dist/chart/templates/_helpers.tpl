@@ -15,3 +15,29 @@ app.kubernetes.io/name: sluice
 {{- end -}}
 
 {{- define "sluice.certManager" -}}{{ eq .Values.webhook.certificateMode "cert-manager" }}{{- end -}}
+
+{{/* image is "repository:tag" of an image value, the tag defaulting to the appVersion. */}}
+{{- define "sluice.image" -}}{{ .image.repository }}:{{ .image.tag | default .root.Chart.AppVersion }}{{- end -}}
+
+{{/* scheduling renders nodeSelector, tolerations, priorityClassName and a non-empty affinity
+of a component's values. */}}
+{{- define "sluice.scheduling" -}}
+{{- with .nodeSelector }}
+nodeSelector:
+  {{- toYaml . | nindent 2 }}
+{{- end }}
+{{- with .tolerations }}
+tolerations:
+  {{- toYaml . | nindent 2 }}
+{{- end }}
+{{- with .priorityClassName }}
+priorityClassName: {{ . }}
+{{- end }}
+{{- end -}}
+
+{{- define "sluice.imagePullSecrets" -}}
+{{- with .Values.imagePullSecrets }}
+imagePullSecrets:
+  {{- toYaml . | nindent 2 }}
+{{- end }}
+{{- end -}}

@@ -11,6 +11,7 @@ import (
 	"net/http"
 	"net/netip"
 	"net/url"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -170,7 +171,17 @@ func (m *Match) MatchesRequest(req *Request) bool {
 		}
 	}
 	for _, h := range m.headers {
-		if v, ok := req.Header.Get(h.Name); !ok || v != h.Value {
+		v, ok := req.Header.Get(h.Name)
+		switch {
+		case h.Absent:
+			if ok {
+				return false
+			}
+		case len(h.NotIn) > 0:
+			if ok && slices.Contains(h.NotIn, v) {
+				return false
+			}
+		case !ok || v != h.Value:
 			return false
 		}
 	}

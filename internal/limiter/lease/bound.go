@@ -18,7 +18,7 @@ type Worst struct {
 // Holds reports whether the interval keeps the bound.
 func (w Worst) Holds() bool { return w.Admitted <= w.Bound }
 
-// BoundFormula states the bound for lim, as the README does.
+// BoundFormula states the bound for lim, as docs/leases.md does.
 func BoundFormula(lim limiter.Limit) string {
 	switch lim.Algorithm {
 	case limiter.FixedWindow, limiter.SlidingWindowCounter:
