@@ -192,8 +192,8 @@ type Result struct {
 	// Delay is how long an admitted LeakyBucket Queue request waits before it proceeds; zero
 	// otherwise.
 	Delay time.Duration
-	// Reason says why a request was denied: ReasonLimited, ReasonCostExceedsCapacity or
-	// ReasonDelayTooLong; empty when allowed.
+	// Reason says why a request was denied: ReasonLimited, ReasonCostExceedsCapacity,
+	// ReasonDelayTooLong or ReasonNoShare; empty when allowed.
 	Reason Reason
 }
 
@@ -205,9 +205,14 @@ const (
 	ReasonLimited             Reason = "limited"
 	ReasonCostExceedsCapacity Reason = "cost_exceeds_capacity"
 	ReasonDelayTooLong        Reason = "delay_exceeds_max_delay"
+	// ReasonNoShare is the data plane's, not an algorithm's: the replica that decided holds
+	// no unit of the limit while the shared store cannot decide (its share is 0), so no
+	// request passes there until the store is back. RetryAfter is then NeverRetry.
+	ReasonNoShare Reason = "no_local_share"
 )
 
-// NeverRetry is Result.RetryAfter for a request that can never pass (its cost exceeds capacity).
+// NeverRetry is Result.RetryAfter for a request that no wait lets pass: its cost exceeds the
+// capacity, or the replica holds no share (ReasonNoShare).
 const NeverRetry time.Duration = -1
 
 // Store decides whether n units fit under lim for key at now, and records them when they do.

@@ -111,6 +111,15 @@ func (p Policy) PodShare(total int64, podName string) int64 {
 	return Share(total, int32(len(p.Pods)), rank)
 }
 
+// Sharers is the number of pods the policy's limits are split among while Redis cannot decide:
+// len(Pods) when p lists pods, else Replicas (at least 1).
+func (p Policy) Sharers() int32 {
+	if p.Pods != nil {
+		return int32(len(p.Pods))
+	}
+	return max(p.Replicas, 1)
+}
+
 // FailureMode is what a sidecar does with a policy's requests while Redis cannot decide.
 type FailureMode string
 

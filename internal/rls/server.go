@@ -17,10 +17,14 @@
 //     descriptor is.
 //   - current_limit, limit_remaining and duration_until_reset are those of the descriptor's
 //     deciding rule (the denying rule with the longest retry, else the rule with the least
-//     remaining); duration_until_reset is the time until the limit is back to full.
+//     remaining), as decide.Verdict reports them: limit_remaining is 0 when the rule denied;
+//     duration_until_reset is how long until the next request can pass (decide.Verdict's
+//     ResetAfter), absent when no wait lets the denied descriptor pass (its cost exceeds the
+//     capacity, or this replica holds no share of the limit while Redis cannot decide:
+//     current_limit then has requests_per_unit 0).
 //   - response_headers_to_add carries the sidecar's RateLimit headers of the request's
-//     deciding rule, and Retry-After (when a token may next pass, which for a bucket is
-//     sooner than the reset) when the request is over the limit.
+//     deciding rule, and Retry-After (when the request passes if nothing else arrives) when
+//     the request is over the limit.
 //   - Without Redis each policy's failure mode applies: Local decides with this replica's
 //     share, Open answers OK, Closed answers the RPC with codes.Unavailable, so that Envoy's
 //     failure_mode_deny decides.
@@ -135,14 +139,14 @@ func (s *Server) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitReques
 	}
 	// Decide keeps the decided rules in order and drops the Open ones: match them back to
 	// their descriptors by walking both lists.
-	decided, _, res := rq.Decided()
+	decided, takes, res := rq.Decided()
 	per := make([]decide.Verdict, len(descs))
 	j := 0
 	for k, rule := range sc.rules {
 		if j == len(decided) || decided[j] != rule {
 			continue // an Open policy's rule, dropped while Redis is down
 		}
-		per[sc.descs[k]].Add(rule, res[j])
+		per[sc.descs[k]].Add(rule, takes[j].Limit, res[j])
 		j++
 	}
 	for i, v := range per {
@@ -156,7 +160,9 @@ func (s *Server) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitReques
 		}
 		st.CurrentLimit = currentLimit(v.Show, v.Res)
 		st.LimitRemaining = uint32(min(v.Res.Remaining, math.MaxUint32))
-		st.DurationUntilReset = durationpb.New(v.Res.ResetAfter)
+		if d, ok := v.ResetAfter(); ok {
+			st.DurationUntilReset = durationpb.New(d)
+		}
 	}
 	all.Headers(func(name, value string) {
 		resp.ResponseHeadersToAdd = append(resp.ResponseHeadersToAdd, &corev3.HeaderValue{Key: name, Value: value})

@@ -28,10 +28,9 @@ const (
 // decision is the outcome of decide.
 type decision struct {
 	action action
-	// show and res are the rule and result whose numbers the response carries; show is nil
-	// when no rule decided the request.
-	show *config.Rule
-	res  limiter.Result
+	// v is the decision whose numbers the response carries; v.Show is nil when no rule
+	// decided the request.
+	v decide.Verdict
 	// now is the instant the request was decided at (reset_at of a denial).
 	now time.Time
 	// delay is how long a passed request waits (LeakyBucket Queue) before it is proxied.
@@ -118,7 +117,7 @@ func (h *Handler) decide(ctx context.Context, cfg *config.Config, req *keys.Requ
 	case decide.Canceled:
 		return decision{action: abandon, now: now}
 	}
-	d := decision{action: pass, show: v.Show, res: v.Res, now: now, delay: v.Delay}
+	d := decision{action: pass, v: v, now: now, delay: v.Delay}
 	if v.Denied {
 		d.action = deny
 	} else if v.Outcome == decide.Decided {

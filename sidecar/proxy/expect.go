@@ -92,8 +92,8 @@ func (h *Handler) expect(ctx *fasthttp.RequestCtx) (code int) {
 			h.settleWhole(&a.d, &resp.Header, resp.Body())
 		}
 		stripResponse(&resp.Header, false)
-		if a.d.show != nil {
-			setFastHeaders(&resp.Header, a.d.show, a.d.res)
+		if a.d.v.Show != nil {
+			setFastHeaders(&resp.Header, &a.d.v)
 		}
 		return code
 	}
@@ -149,8 +149,8 @@ func (h *Handler) forwardExpect(ctx *fasthttp.RequestCtx, a *admitted) {
 		cost.head(fastHeaderGet(&r.Header))
 	}
 	stripResponse(&resp.Header, false)
-	if a.d.show != nil {
-		setFastHeaders(&resp.Header, a.d.show, a.d.res)
+	if a.d.v.Show != nil {
+		setFastHeaders(&resp.Header, &a.d.v)
 	}
 	if cost != nil && !cost.needBody {
 		h.settleCost(cost.charges, cost)

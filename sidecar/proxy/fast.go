@@ -154,7 +154,7 @@ func (h *Handler) admit(ctx *fasthttp.RequestCtx, a *admitted) bool {
 		a.d = h.decide(context.Background(), cfg, &view)
 		switch a.d.action {
 		case deny:
-			writeDeniedFast(ctx, a.d.show, a.d.res, a.d.now)
+			writeDeniedFast(ctx, &a.d.v, a.d.now)
 			return false
 		case refuse:
 			writeUnavailableFast(ctx)
@@ -239,8 +239,8 @@ func (h *Handler) forward(ctx *fasthttp.RequestCtx, s *requestScan, peer netip.A
 		h.settleWhole(d, &resp.Header, nil)
 	}
 	stripResponse(&resp.Header, false)
-	if d.show != nil {
-		setFastHeaders(&resp.Header, d.show, d.res)
+	if d.v.Show != nil {
+		setFastHeaders(&resp.Header, &d.v)
 	}
 	if clientClose {
 		resp.SetConnectionClose()

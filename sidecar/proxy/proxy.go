@@ -177,7 +177,7 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		d := h.decide(r.Context(), cfg, &req)
 		switch d.action {
 		case deny:
-			writeDenied(w, d.show, d.res, d.now)
+			writeDenied(w, &d.v, d.now)
 			return
 		case refuse:
 			writeUnavailable(w)
@@ -188,8 +188,8 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		if d.delay > 0 && !h.queue(d.delay, r.Context().Done()) {
 			return
 		}
-		if d.show != nil {
-			setHeaders(w.Header(), d.show, d.res)
+		if d.v.Show != nil {
+			setHeaders(w.Header(), &d.v)
 		}
 		if len(d.late) > 0 || len(d.cost) > 0 {
 			sw := &statusWriter{ResponseWriter: w, status: http.StatusOK}

@@ -113,9 +113,10 @@ func TestResponseHeadersAndBody(t *testing.T) {
 			if resp.StatusCode != tc.status {
 				t.Fatalf("4th request: status %d, want %d", resp.StatusCode, tc.status)
 			}
-			want["RateLimit"] = `"per-client";r=0;t=3600`
+			// Reset is how long until the next request can pass: after a denial, Retry-After.
+			want["RateLimit"] = `"per-client";r=0;t=1200`
 			want["X-RateLimit-Remaining"] = "0"
-			want["X-RateLimit-Reset"] = "3600"
+			want["X-RateLimit-Reset"] = "1200"
 			checkHeaders(t, "denied", resp.Header, want, tc.draft, tc.legac)
 			if got := resp.Header.Get("Retry-After"); got != "1200" {
 				t.Errorf("Retry-After %q, want 1200", got)
@@ -130,11 +131,11 @@ func TestResponseHeadersAndBody(t *testing.T) {
 				t.Fatalf("body %s: %v", body, err)
 			}
 			at, err := time.Parse(time.RFC3339, b.ResetAt)
-			if err != nil || at.Before(before.Add(3599*time.Second)) || at.After(before.Add(3602*time.Second)) {
-				t.Errorf("reset_at %s, want about %s + 1h (%v)", b.ResetAt, before.Format(time.RFC3339), err)
+			if err != nil || at.Before(before.Add(1199*time.Second)) || at.After(before.Add(1202*time.Second)) {
+				t.Errorf("reset_at %s, want about %s + 1200 s (%v)", b.ResetAt, before.Format(time.RFC3339), err)
 			}
 			wantBody := `{"error":"rate_limit_exceeded","message":"Rate limit exceeded: rule \"per-client\" of policy \"api\" allows 3 per 1h0m0s; retry in 1200s.",` +
-				`"retry_after":1200,"limit":3,"remaining":0,"reset_at":"` + b.ResetAt + `","policy":"api","rule":"per-client"}`
+				`"reason":"limited","retry_after":1200,"limit":3,"remaining":0,"reset_at":"` + b.ResetAt + `","policy":"api","rule":"per-client"}`
 			if body != wantBody {
 				t.Errorf("body\n got %s\nwant %s", body, wantBody)
 			}
@@ -203,7 +204,7 @@ func TestCostAndCostHeader(t *testing.T) {
 			remaining string
 		}{
 			{"7", 200, "3"},
-			{"4", 429, "3"},   // denied: the 3 units left stay for cheaper requests
+			{"4", 429, "0"},   // denied: none for this request (the 3 units left stay for cheaper ones)
 			{"abc", 200, "2"}, // invalid: rule cost 1
 			{"11", 200, "1"},  // above capacity: rule cost 1
 			{"-1", 200, "0"},  // not positive: rule cost 1

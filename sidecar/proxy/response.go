@@ -16,17 +16,17 @@ import (
 // hRetryAfter is Retry-After in canonical form, assigned directly to the header map.
 const hRetryAfter = decide.HeaderRetryAfter
 
-// setHeaders writes the rate-limit headers of rule's decision res (see decide.Fields.Compute)
-// into an http.Header.
+// setHeaders writes the rate-limit headers of v (see decide.Fields.Compute) into an
+// http.Header.
 //
 // It runs on every limited h2c request, so it allocates twice whatever the styles: the values
 // formatted are one string, sliced per header, and every header's value slice is a
 // one-element window of one array (capacity 1, so a later Add to one header reallocates
 // rather than overwrite its neighbour).
-func setHeaders(h http.Header, rule *config.Rule, res limiter.Result) {
+func setHeaders(h http.Header, v *decide.Verdict) {
 	var rf decide.Fields
 	var scratch [160]byte
-	buf := rf.Compute(scratch[:0], rule, res)
+	buf := rf.Compute(scratch[:0], v)
 	if rf.N == 0 {
 		return
 	}
@@ -44,10 +44,10 @@ func setHeaders(h http.Header, rule *config.Rule, res limiter.Result) {
 }
 
 // setFastHeaders is setHeaders for a fasthttp response, without allocating.
-func setFastHeaders(h *fasthttp.ResponseHeader, rule *config.Rule, res limiter.Result) {
+func setFastHeaders(h *fasthttp.ResponseHeader, v *decide.Verdict) {
 	var rf decide.Fields
 	var scratch [160]byte
-	buf := rf.Compute(scratch[:0], rule, res)
+	buf := rf.Compute(scratch[:0], v)
 	for i := range rf.F[:rf.N] {
 		f := &rf.F[i]
 		// The names are canonical constants: no normalizing, no copies (SetCanonical copies).
@@ -60,58 +60,81 @@ func setFastHeaders(h *fasthttp.ResponseHeader, rule *config.Rule, res limiter.R
 }
 
 // deniedBody is the JSON body of a limited request; the field order is the contract's.
+// RetryAfter and ResetAt are left out when no wait lets the request pass (Reason says why).
 type deniedBody struct {
 	Error      string `json:"error"`
 	Message    string `json:"message"`
-	RetryAfter int64  `json:"retry_after"`
+	Reason     string `json:"reason"`
+	RetryAfter *int64 `json:"retry_after,omitempty"`
 	Limit      int64  `json:"limit"`
 	Remaining  int64  `json:"remaining"`
-	ResetAt    string `json:"reset_at"`
+	ResetAt    string `json:"reset_at,omitempty"`
 	Policy     string `json:"policy"`
 	Rule       string `json:"rule"`
 }
 
-// denial returns the Retry-After of rule's denial res, in seconds, and its JSON body.
-func denial(rule *config.Rule, res limiter.Result, now time.Time) (int64, []byte) {
-	retry := decide.RetrySeconds(res)
-	body, _ := json.Marshal(deniedBody{
-		Error: "rate_limit_exceeded",
-		Message: "Rate limit exceeded: rule " + strconv.Quote(rule.Name) + " of policy " + strconv.Quote(rule.Policy.Name) +
-			" allows " + strconv.FormatInt(res.Limit, 10) + " per " + rule.Limit.Per() +
-			"; retry in " + strconv.FormatInt(retry, 10) + "s.",
-		RetryAfter: retry,
-		Limit:      res.Limit,
-		Remaining:  0,
-		ResetAt:    now.Add(time.Duration(config.CeilSeconds(res.ResetAfter)) * time.Second).UTC().Truncate(time.Second).Format(time.RFC3339),
-		Policy:     rule.Policy.Name,
-		Rule:       rule.Name,
-	})
-	return retry, body
+// denial returns the Retry-After of v's denial in seconds (ok false when there is none) and
+// its JSON body.
+func denial(v *decide.Verdict, now time.Time) (retry int64, ok bool, body []byte) {
+	rule, res := v.Show, &v.Res
+	b := deniedBody{
+		Error:     "rate_limit_exceeded",
+		Reason:    string(res.Reason),
+		Limit:     res.Limit,
+		Remaining: 0,
+		Policy:    rule.Policy.Name,
+		Rule:      rule.Name,
+	}
+	msg := "Rate limit exceeded: rule " + strconv.Quote(rule.Name) + " of policy " + strconv.Quote(rule.Policy.Name) +
+		" allows " + strconv.FormatInt(res.Limit, 10) + " per " + rule.Limit.Per()
+	if d, has := v.RetryAfter(); has {
+		retry, ok = config.CeilSeconds(d), true
+		b.RetryAfter = &retry
+		b.ResetAt = now.Add(time.Duration(retry) * time.Second).UTC().Truncate(time.Second).Format(time.RFC3339)
+		msg += "; retry in " + strconv.FormatInt(retry, 10) + "s."
+	} else {
+		msg += "; " + never(res.Reason)
+	}
+	b.Message = msg
+	body, _ = json.Marshal(b)
+	return retry, ok, body
 }
 
-// writeDenied answers a request rule denied.
-func writeDenied(w http.ResponseWriter, rule *config.Rule, res limiter.Result, now time.Time) {
-	retry, body := denial(rule, res, now)
+// never says why no wait lets a denied request pass.
+func never(r limiter.Reason) string {
+	if r == limiter.ReasonNoShare {
+		return "this replica holds no share of the limit while the shared store is unavailable: no wait lets the request pass here until it is back."
+	}
+	return "the request costs more than the limit's capacity: no wait lets it pass."
+}
+
+// writeDenied answers a request v denied.
+func writeDenied(w http.ResponseWriter, v *decide.Verdict, now time.Time) {
+	retry, ok, body := denial(v, now)
 	hd := w.Header()
-	setHeaders(hd, rule, res)
-	hd[hRetryAfter] = []string{strconv.FormatInt(retry, 10)}
+	setHeaders(hd, v)
+	if ok {
+		hd[hRetryAfter] = []string{strconv.FormatInt(retry, 10)}
+	}
 	hd["Content-Type"] = []string{"application/json"}
 	hd["Content-Length"] = []string{strconv.Itoa(len(body))}
 	hd["Cache-Control"] = []string{"no-store"}
-	w.WriteHeader(rule.Policy.StatusCode)
+	w.WriteHeader(v.Show.Policy.StatusCode)
 	_, _ = w.Write(body)
 }
 
 // writeDeniedFast is writeDenied for a fasthttp request.
-func writeDeniedFast(ctx *fasthttp.RequestCtx, rule *config.Rule, res limiter.Result, now time.Time) {
-	retry, body := denial(rule, res, now)
+func writeDeniedFast(ctx *fasthttp.RequestCtx, v *decide.Verdict, now time.Time) {
+	retry, ok, body := denial(v, now)
 	hd := &ctx.Response.Header
-	setFastHeaders(hd, rule, res)
-	var b [20]byte
-	hd.SetBytesV(hRetryAfter, strconv.AppendInt(b[:0], retry, 10))
+	setFastHeaders(hd, v)
+	if ok {
+		var b [20]byte
+		hd.SetBytesV(hRetryAfter, strconv.AppendInt(b[:0], retry, 10))
+	}
 	hd.SetContentType("application/json")
 	hd.Set("Cache-Control", "no-store")
-	ctx.SetStatusCode(rule.Policy.StatusCode)
+	ctx.SetStatusCode(v.Show.Policy.StatusCode)
 	ctx.SetBody(body)
 }
 

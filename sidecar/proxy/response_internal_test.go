@@ -9,14 +9,17 @@ import (
 	"time"
 
 	"github.com/sluice-dev/sluice/internal/dataplane/config"
+	"github.com/sluice-dev/sluice/internal/dataplane/decide"
 	"github.com/sluice-dev/sluice/internal/limiter"
 )
 
 // setHeadersPlain is setHeaders written the obvious way, one allocation per value: the
 // reference the optimized version must match byte for byte.
-func setHeadersPlain(h http.Header, rule *config.Rule, res limiter.Result) {
+func setHeadersPlain(h http.Header, v *decide.Verdict) {
+	rule, res := v.Show, v.Res
 	p := rule.Policy
-	reset := strconv.FormatInt(config.CeilSeconds(res.ResetAfter), 10)
+	d, hasReset := v.ResetAfter()
+	reset := strconv.FormatInt(config.CeilSeconds(d), 10)
 	remaining := strconv.FormatInt(res.Remaining, 10)
 	if p.Draft {
 		if res.Limit == rule.Limit.Capacity() {
@@ -25,12 +28,16 @@ func setHeadersPlain(h http.Header, rule *config.Rule, res limiter.Result) {
 			h.Set("RateLimit-Policy", rule.Quoted+";q="+strconv.FormatInt(res.Limit, 10)+";w="+
 				strconv.FormatInt(max(config.CeilSeconds(rule.Limit.Window), 1), 10))
 		}
-		h.Set("RateLimit", rule.Quoted+";r="+remaining+";t="+reset)
+		if hasReset {
+			h.Set("RateLimit", rule.Quoted+";r="+remaining+";t="+reset)
+		}
 	}
 	if p.Legacy {
 		h.Set("X-RateLimit-Limit", strconv.FormatInt(res.Limit, 10))
 		h.Set("X-RateLimit-Remaining", remaining)
-		h.Set("X-RateLimit-Reset", reset)
+		if hasReset {
+			h.Set("X-RateLimit-Reset", reset)
+		}
 	}
 }
 
@@ -49,20 +56,23 @@ func TestSetHeadersMatchesPlain(t *testing.T) {
 			for _, res := range []limiter.Result{
 				{Allowed: true, Limit: 100, Remaining: 99, ResetAfter: 10 * time.Millisecond},
 				{Allowed: true, Limit: 25, Remaining: 0, ResetAfter: 0},
-				{Allowed: false, Limit: 100, Remaining: 0, ResetAfter: 3601 * time.Second},
+				{Allowed: false, Limit: 100, Remaining: 0, ResetAfter: 3601 * time.Second, RetryAfter: 1500 * time.Millisecond},
+				{Allowed: false, Limit: 100, Remaining: 0, ResetAfter: 3601 * time.Second, RetryAfter: limiter.NeverRetry},
 				{Allowed: true, Limit: 1, Remaining: 1234567890123, ResetAfter: -time.Second},
 			} {
+				var v decide.Verdict
+				v.Add(rule, lim, res)
 				got, want := http.Header{}, http.Header{}
-				setHeaders(got, rule, res)
-				setHeadersPlain(want, rule, res)
+				setHeaders(got, &v)
+				setHeadersPlain(want, &v)
 				if !maps.EqualFunc(got, want, slices.Equal) {
 					t.Fatalf("style %+v window %v res %+v:\n got %q\nwant %q", style, window, res, got, want)
 				}
 				// Adding to one header must not touch another's value.
 				for k := range want {
 					got, want := http.Header{}, http.Header{}
-					setHeaders(got, rule, res)
-					setHeadersPlain(want, rule, res)
+					setHeaders(got, &v)
+					setHeadersPlain(want, &v)
 					got.Add(k, "x")
 					want.Add(k, "x")
 					if !maps.EqualFunc(got, want, slices.Equal) {
@@ -80,10 +90,11 @@ func BenchmarkSetHeaders(b *testing.B) {
 	rule := &config.Rule{Policy: p, Name: "per-client", Limit: lim, Quoted: `"per-client"`,
 		DraftPolicy: `"per-client";q=100000000;w=1`, LimitValue: "100000000"}
 	res := limiter.Result{Allowed: true, Limit: 100_000_000, Remaining: 99_999_999, ResetAfter: 10 * time.Nanosecond}
+	v := decide.Verdict{Show: rule, Lim: lim, Res: res}
 	h := http.Header{}
 	b.ReportAllocs()
 	for b.Loop() {
 		clear(h)
-		setHeaders(h, rule, res)
+		setHeaders(h, &v)
 	}
 }

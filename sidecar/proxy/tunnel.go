@@ -55,14 +55,14 @@ func (h *Handler) tunnel(ctx *fasthttp.RequestCtx, s *requestScan, peer netip.Ad
 			return
 		}
 		stripResponse(&resp.Header, false)
-		if d.show != nil {
-			setFastHeaders(&resp.Header, d.show, d.res)
+		if d.v.Show != nil {
+			setFastHeaders(&resp.Header, &d.v)
 		}
 		return
 	}
 	stripResponse(&resp.Header, true)
-	if d.show != nil {
-		setFastHeaders(&resp.Header, d.show, d.res)
+	if d.v.Show != nil {
+		setFastHeaders(&resp.Header, &d.v)
 	}
 	head := switchingHead(&resp.Header)
 	resp.Reset()

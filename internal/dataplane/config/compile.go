@@ -269,27 +269,55 @@ func (r *Rule) MatchesDescriptor(n int, key, value func(i int) string) bool {
 	return true
 }
 
-// LocalShare is the share of lim the pod podName holds under p while Redis cannot decide:
-// Limit and Burst each split by policy.Policy.PodShare (by the pod's rank among p's Pods, so
-// that the fleet's shares sum to the limit and the burst exactly; 0 for a pod p does not list;
-// floor(limit/replicas) when p lists no pods). The window, algorithm and MaxDelay stay: a
-// bucket's rate is divided with Limit. zero is true when the pod holds no unit: its share of
-// Limit (or of Burst) is 0, and the returned limit is a valid one-unit stand-in that
-// Rule.LocalCost makes deny.
+// LocalShare is the share of lim the pod podName holds under p while Redis cannot decide
+// (see RawShare), or, when the pod holds no unit of it, a valid one-unit stand-in that
+// Rule.LocalCost makes deny, with zero true.
 func LocalShare(lim limiter.Limit, p policy.Policy, podName string) (share limiter.Limit, zero bool) {
+	share = RawShare(lim, p, podName)
+	if share.Limit > 0 && (share.Burst > 0 || !bucket(lim)) {
+		return share, false
+	}
 	share = lim
-	share.Limit = p.PodShare(lim.Limit, podName)
+	share.Limit = 1
 	if lim.Burst > 0 {
-		share.Burst = p.PodShare(lim.Burst, podName)
+		share.Burst = 1
 	}
-	if share.Limit == 0 || (lim.Burst > 0 && share.Burst == 0) {
-		share.Limit = 1
-		if lim.Burst > 0 {
-			share.Burst = 1
-		}
-		return share, true
+	return share, true
+}
+
+// RawShare is the share of lim the pod podName holds under p, split by policy.Policy.PodShare
+// (by the pod's rank among p's Pods, so that the fleet's shares sum to the limit exactly; 0
+// for a pod p does not list; floor(limit/replicas) when p lists no pods). Its Limit or Burst
+// may be 0: the pod then holds no unit (LocalShare).
+//
+// The window algorithms split Limit, per the same window. The buckets split their capacity
+// (Burst, default Limit) and their rate, Limit per Window, separately: the rate is split as
+// k*Limit per k*Window, with k the least factor (1 when there are no more pods than Limit)
+// that gives every pod at least one unit, as long as k*Window stays within
+// limiter.MaxWindow. The fleet's rates then sum to Limit per Window exactly, and a pod ranked
+// beyond Limit still refills its share of the burst: 1 per second, burst 5, over 2 pods is 1
+// per 2 s, burst 3 and 1 per 2 s, burst 2. Only a rate below one unit a day per pod leaves a
+// pod no refill (and no share: a bucket that never refills would stay empty after one outage).
+func RawShare(lim limiter.Limit, p policy.Policy, podName string) limiter.Limit {
+	share := lim
+	if !bucket(lim) {
+		share.Limit = p.PodShare(lim.Limit, podName)
+		return share
 	}
-	return share, false
+	n := int64(p.Sharers())
+	k := int64(1)
+	if lim.Limit < n {
+		k = min((n+lim.Limit-1)/lim.Limit, max(int64(limiter.MaxWindow/lim.Window), 1))
+	}
+	share.Burst = p.PodShare(lim.Capacity(), podName)
+	share.Limit = p.PodShare(lim.Limit*k, podName)
+	share.Window = lim.Window * time.Duration(k)
+	return share
+}
+
+// bucket reports whether lim is a TokenBucket or a LeakyBucket: a rate and a capacity.
+func bucket(lim limiter.Limit) bool {
+	return lim.Algorithm == limiter.TokenBucket || lim.Algorithm == limiter.LeakyBucket
 }
 
 // CeilSeconds is d in whole seconds, rounded up; 0 for d <= 0. Every second count the sidecar

@@ -332,6 +332,11 @@ func (d *Decider) takeLocal(ctx context.Context, rules []*config.Rule, takes []l
 		// validated, so this is a clock before 1970. Admit rather than fail the request.
 		return nil, nil, Skipped
 	}
+	for i, rule := range rules {
+		if rule.ZeroShare { // the store denied the stand-in; report what the pod holds: nothing
+			res[i] = limiter.Result{RetryAfter: limiter.NeverRetry, Reason: limiter.ReasonNoShare}
+		}
+	}
 	if costs != nil && limiter.Admitted(takes, res) {
 		nowMs := now.UnixMilli()
 		for i, rule := range rules {

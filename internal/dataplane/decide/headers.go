@@ -4,7 +4,6 @@ import (
 	"strconv"
 
 	"github.com/sluice-dev/sluice/internal/dataplane/config"
-	"github.com/sluice-dev/sluice/internal/limiter"
 )
 
 // The rate-limit header names, in canonical form.
@@ -46,18 +45,25 @@ func (rf *Fields) addSpan(name string, start, end int) {
 	rf.N++
 }
 
-// Compute appends the values of rule's decision res to buf and returns it, and fills rf in the
-// rule's policy's styles: the IETF draft's RateLimit-Policy and RateLimit structured fields, and
-// the legacy X-RateLimit-Limit/-Remaining/-Reset (Reset in seconds, rounded up). The quota is
-// the one that decided: the shared limit, or this replica's share when decided locally.
-func (rf *Fields) Compute(buf []byte, rule *config.Rule, res limiter.Result) []byte {
-	p := rule.Policy
+// Compute appends the values of v's decision to buf and returns it, and fills rf in the
+// styles of the policy of v.Show: the IETF draft's RateLimit-Policy and RateLimit structured
+// fields, and the legacy X-RateLimit-Limit/-Remaining/-Reset. The quota is the one that
+// decided: the shared limit, or this replica's share when decided locally. Every reset is
+// Verdict.ResetAfter in seconds, rounded up; a reset with no time (a denial no wait lets
+// pass) leaves out the fields that carry it (RateLimit, X-RateLimit-Reset).
+func (rf *Fields) Compute(buf []byte, v *Verdict) []byte {
 	rf.N = 0
+	rule, res := v.Show, &v.Res
+	if rule == nil {
+		return buf
+	}
+	p := rule.Policy
 	if !p.Draft && !p.Legacy {
 		return buf
 	}
-	reset := config.CeilSeconds(res.ResetAfter)
-	shared := res.Limit == rule.Limit.Capacity()
+	resetD, hasReset := v.ResetAfter()
+	reset := config.CeilSeconds(resetD)
+	shared := !v.Local && res.Limit == rule.Limit.Capacity()
 	if p.Draft {
 		if shared {
 			rf.addConst(HeaderRateLimitPolicy, rule.DraftPolicy)
@@ -70,13 +76,15 @@ func (rf *Fields) Compute(buf []byte, rule *config.Rule, res limiter.Result) []b
 			buf = strconv.AppendInt(buf, max(config.CeilSeconds(rule.Limit.Window), 1), 10)
 			rf.addSpan(HeaderRateLimitPolicy, start, len(buf))
 		}
-		start := len(buf)
-		buf = append(buf, rule.Quoted...)
-		buf = append(buf, ";r="...)
-		buf = strconv.AppendInt(buf, res.Remaining, 10)
-		buf = append(buf, ";t="...)
-		buf = strconv.AppendInt(buf, reset, 10)
-		rf.addSpan(HeaderRateLimit, start, len(buf))
+		if hasReset {
+			start := len(buf)
+			buf = append(buf, rule.Quoted...)
+			buf = append(buf, ";r="...)
+			buf = strconv.AppendInt(buf, res.Remaining, 10)
+			buf = append(buf, ";t="...)
+			buf = strconv.AppendInt(buf, reset, 10)
+			rf.addSpan(HeaderRateLimit, start, len(buf))
+		}
 	}
 	if p.Legacy {
 		if shared {
@@ -89,23 +97,26 @@ func (rf *Fields) Compute(buf []byte, rule *config.Rule, res limiter.Result) []b
 		start := len(buf)
 		buf = strconv.AppendInt(buf, res.Remaining, 10)
 		rf.addSpan(HeaderLegacyRemaining, start, len(buf))
-		start = len(buf)
-		buf = strconv.AppendInt(buf, reset, 10)
-		rf.addSpan(HeaderLegacyReset, start, len(buf))
+		if hasReset {
+			start = len(buf)
+			buf = strconv.AppendInt(buf, reset, 10)
+			rf.addSpan(HeaderLegacyReset, start, len(buf))
+		}
 	}
 	return buf
 }
 
 // Headers calls add with each rate-limit header of v, in its rule's policy's styles, as the
-// sidecar writes them on its responses, and with Retry-After (RetrySeconds) when v is Denied:
-// the RLS server's response_headers_to_add. Nothing is added when no rule decided.
+// sidecar writes them on its responses, and with Retry-After when v is Denied and a wait lets
+// the request pass: the RLS server's response_headers_to_add. Nothing is added when no rule
+// decided.
 func (v *Verdict) Headers(add func(name, value string)) {
 	if v.Show == nil {
 		return
 	}
 	var rf Fields
 	var scratch [160]byte
-	buf := rf.Compute(scratch[:0], v.Show, v.Res)
+	buf := rf.Compute(scratch[:0], v)
 	for i := range rf.F[:rf.N] {
 		f := &rf.F[i]
 		if f.IsConst {
@@ -114,7 +125,7 @@ func (v *Verdict) Headers(add func(name, value string)) {
 			add(f.Name, string(buf[f.Start:f.End]))
 		}
 	}
-	if v.Denied {
-		add(HeaderRetryAfter, strconv.FormatInt(RetrySeconds(v.Res), 10))
+	if d, ok := v.RetryAfter(); ok {
+		add(HeaderRetryAfter, strconv.FormatInt(config.CeilSeconds(d), 10))
 	}
 }

@@ -93,7 +93,7 @@ func (d *Decider) Decide(ctx context.Context, r *Request, now time.Time) Verdict
 	v.Local = local
 	Count(rules, takes, r.dRes)
 	for i, rule := range rules {
-		v.Add(rule, r.dRes[i])
+		v.Add(rule, takes[i].Limit, r.dRes[i])
 	}
 	return v
 }

@@ -10,6 +10,12 @@ import (
 // Verdict is a request's decision as a front end renders it: whether it was decided, whether an
 // enforced rule denied it, the rule and result whose numbers the response reports, and how long
 // an admitted request waits (LeakyBucket Queue) before it is passed on.
+//
+// Its numbers tell the truth whichever store decided: a denied result reports no remaining
+// units; RetryAfter is a time at which the denied request passes if nothing else arrives, or
+// none when no wait lets it pass (its cost exceeds the capacity, or this replica holds no share
+// while Redis cannot decide); ResetAfter is how long until the next request can pass (see
+// ResetAfter).
 type Verdict struct {
 	// Outcome is how the request's takes were decided; the fields below are set only when it
 	// is Decided.
@@ -17,10 +23,13 @@ type Verdict struct {
 	// Local is true when the local store decided (Redis could not), with this replica's share.
 	Local bool
 	// Show is the rule whose numbers the response carries: the enforced rule that denies with
-	// the longest retry when one denies, else the decided rule with the least remaining (an
-	// enforced rule before a shadow one at a tie); nil when no rule decided the request.
+	// the longest retry (one that never passes before any other) when one denies, else the
+	// decided rule with the least remaining (an enforced rule before a shadow one at a tie);
+	// nil when no rule decided the request.
 	Show *config.Rule
-	// Res is Show's result.
+	// Lim is the limit that decided Show: its shared limit, or this replica's share of it.
+	Lim limiter.Limit
+	// Res is Show's result; its Remaining is 0 when it denied.
 	Res limiter.Result
 	// Denied is true when an enforced rule denied the request.
 	Denied bool
@@ -29,38 +38,93 @@ type Verdict struct {
 	Delay time.Duration
 }
 
-// Add folds rule's decision res into v (see Verdict.Show). Front ends use it for every decided
-// rule of a request (Decide does), and the RLS server also once per descriptor.
-func (v *Verdict) Add(rule *config.Rule, res limiter.Result) {
+// Add folds rule's decision res, made under lim (the rule's limit or this replica's share of
+// it), into v (see Verdict.Show). Front ends use it for every decided rule of a request (Decide
+// does), and the RLS server also once per descriptor.
+func (v *Verdict) Add(rule *config.Rule, lim limiter.Limit, res limiter.Result) {
+	if !res.Allowed {
+		res.Remaining = 0 // what this request may still spend: nothing
+	}
 	enforcedDeny := !res.Allowed && !rule.Shadow
 	switch {
 	case enforcedDeny:
-		if !v.Denied || Retry(res) > Retry(v.Res) {
-			v.Show, v.Res = rule, res
+		if !v.Denied || later(res, v.Res) {
+			v.Show, v.Lim, v.Res = rule, lim, res
 		}
 		v.Denied = true
 		v.Delay = 0
 	case v.Denied:
 	case v.Show == nil || res.Remaining < v.Res.Remaining ||
 		(res.Remaining == v.Res.Remaining && v.Show.Shadow && !rule.Shadow):
-		v.Show, v.Res = rule, res
+		v.Show, v.Lim, v.Res = rule, lim, res
 	}
 	if !v.Denied && res.Allowed && !rule.Shadow && res.Delay > v.Delay {
 		v.Delay = res.Delay
 	}
 }
 
-// Retry is how long a denied request should wait before it may pass: res.RetryAfter, or the
-// time to a full reset for a request that can never pass (cost above capacity).
-func Retry(res limiter.Result) time.Duration {
-	if res.RetryAfter < 0 {
-		return res.ResetAfter
+// later reports whether denial a passes later than denial b: one that never passes is the
+// latest.
+func later(a, b limiter.Result) bool {
+	switch {
+	case b.RetryAfter < 0:
+		return false
+	case a.RetryAfter < 0:
+		return true
 	}
-	return res.RetryAfter
+	return a.RetryAfter > b.RetryAfter
 }
 
-// RetrySeconds is Retry in whole seconds, rounded up and at least 1: the Retry-After header's
-// value and the denial body's retry_after.
-func RetrySeconds(res limiter.Result) int64 {
-	return max(config.CeilSeconds(Retry(res)), 1)
+// RetryAfter is how long a Denied request waits before the same request passes if nothing
+// else arrives, exact to the millisecond; ok is false when no wait lets it pass (Res.Reason
+// says why) or the request was not denied.
+func (v *Verdict) RetryAfter() (d time.Duration, ok bool) {
+	if !v.Denied || v.Res.RetryAfter < 0 {
+		return 0, false
+	}
+	return v.Res.RetryAfter, true
+}
+
+// ResetAfter is the reset every header style, the denial body and the RLS server's
+// duration_until_reset report, one meaning throughout: how long until the quota gives back
+// what the response's remaining lacks, so that the next request can pass. After a denial
+// (Show's result denied) it is RetryAfter's time, when the denied request passes. After an
+// admission it is how long until remaining next grows: when it is 0, until a request of one
+// unit passes; for the fixed windows (and calendar quotas) the end of the window; for the
+// buckets the next unit; 0 when nothing is used. ok is false when there is no such time (a
+// denial no wait lets pass) or no rule decided.
+//
+// For the buckets and the fixed windows the time is exact to the millisecond (the buckets'
+// can be 1 ms late); for the sliding windows it is when the window has emptied, a time by
+// which remaining has surely grown.
+func (v *Verdict) ResetAfter() (d time.Duration, ok bool) {
+	r := &v.Res
+	switch {
+	case v.Show == nil:
+		return 0, false
+	case !r.Allowed:
+		return r.RetryAfter, r.RetryAfter >= 0
+	}
+	return untilMore(v.Lim, *r), true
+}
+
+// untilMore is how long after an admission res under lim until res.Remaining grows, if nothing
+// else arrives. The windows' ResetAfter is when the window has emptied (for the fixed windows,
+// when it ends). The buckets derive it from ResetAfter, the time until full (empty): with
+// rem = res.Remaining, rem+1 units are short of full by (cap-rem-1)*W scaled units of refill
+// (for LeakyBucket Queue, whose remaining counts requests MaxDelay lets start, by the level
+// T1 - rem*W, T1 = min(full - W, MaxDelay*L)); taking the floor of that over L keeps the result
+// at or after the exact instant, by under 1 ms.
+func untilMore(lim limiter.Limit, res limiter.Result) time.Duration {
+	if lim.Algorithm != limiter.TokenBucket && lim.Algorithm != limiter.LeakyBucket {
+		return res.ResetAfter
+	}
+	W, L, rem := lim.WindowMs(), lim.Limit, res.Remaining
+	capacity := lim.Capacity()
+	short := max(capacity-rem-1, 0) * W // scaled units; <= 8.64e15
+	if lim.Algorithm == limiter.LeakyBucket && lim.Mode == limiter.Queue {
+		t1 := min((capacity-1)*W, lim.MaxDelay.Milliseconds()*L)
+		short = max(t1-min(rem, capacity)*W, 0)
+	}
+	return limiter.DurationFromMs(max(res.ResetAfter.Milliseconds()-short/L, 0))
 }

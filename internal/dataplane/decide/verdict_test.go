@@ -41,17 +41,11 @@ func TestVerdictShowsTheDecidingRule(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			var v Verdict
 			for _, x := range tc.adds {
-				v.Add(x.rule, x.res)
+				v.Add(x.rule, limiter.Limit{}, x.res)
 			}
 			if v.Show != tc.show || v.Denied != tc.denied || v.Delay != tc.delay {
 				t.Errorf("show %v denied %v delay %v; want %v %v %v", v.Show.Name, v.Denied, v.Delay, tc.show.Name, tc.denied, tc.delay)
 			}
 		})
-	}
-	if got := RetrySeconds(limiter.Result{RetryAfter: 1100 * time.Millisecond}); got != 2 {
-		t.Errorf("RetrySeconds(1.1s) = %d, want 2 (rounded up)", got)
-	}
-	if got := RetrySeconds(limiter.Result{}); got != 1 {
-		t.Errorf("RetrySeconds(0) = %d, want at least 1", got)
 	}
 }
