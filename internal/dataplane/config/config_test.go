@@ -62,7 +62,7 @@ func TestLocalShare(t *testing.T) {
 		"unnamed, no replicas":      {policy.Policy{}, "", 100, 30, false},
 		"unnamed, one replica":      {policy.Policy{Replicas: 1}, "a", 100, 30, false},
 		"unnamed, 3 replicas":       {policy.Policy{Replicas: 3}, "", 33, 10, false},
-		"unnamed, 40 replicas":      {policy.Policy{Replicas: 40}, "", 2, 0, true}, // burst 30/40 is 0
+		"unnamed, 40 replicas":      {policy.Policy{Replicas: 40}, "", 2, 0, true},   // burst 30/40 is 0
 		"unnamed, 1000 replicas":    {policy.Policy{Replicas: 1000}, "", 1, 0, true}, // 1 per 10 min, but no burst
 		"rank 0 of 3":               {ranked("a", "b", "c"), "a", 34, 10, false},
 		"rank 2 of 3":               {ranked("a", "b", "c"), "c", 33, 10, false},
