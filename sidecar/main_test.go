@@ -119,7 +119,7 @@ func TestBinary(t *testing.T) {
 		t.Errorf("codes %v, want 3 admitted then 429", codes)
 	}
 	if !strings.HasPrefix(lastBody, `{"error":"rate_limit_exceeded","message":`) || !strings.HasSuffix(lastBody, `"policy":"api","rule":"per-client"}`) ||
-		lastHdr.Get("Retry-After") != "1200" || lastHdr.Get("RateLimit") != `"per-client";r=0;t=3600` || lastHdr.Get("Content-Type") != "application/json" {
+		lastHdr.Get("Retry-After") != "1200" || lastHdr.Get("RateLimit") != `"per-client";r=0;t=1200` || lastHdr.Get("Content-Type") != "application/json" {
 		t.Errorf("429 answer: %v %s", lastHdr, lastBody)
 	}
 	metricsBody := func() string {

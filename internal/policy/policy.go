@@ -111,6 +111,19 @@ func (p Policy) PodShare(total int64, podName string) int64 {
 	return Share(total, int32(len(p.Pods)), rank)
 }
 
+// PodShareAmong is PodShare with total split among the first m of p's pods only (by rank;
+// a pod ranked m or later holds 0), or, when p lists no pods, among m unnamed pods.
+func (p Policy) PodShareAmong(total int64, m int32, podName string) int64 {
+	if p.Pods == nil {
+		return UnnamedShare(total, m)
+	}
+	rank, ok := slices.BinarySearch(p.Pods, podName)
+	if !ok || podName == "" {
+		return 0
+	}
+	return Share(total, m, rank)
+}
+
 // Sharers is the number of pods the policy's limits are split among while Redis cannot decide:
 // len(Pods) when p lists pods, else Replicas (at least 1).
 func (p Policy) Sharers() int32 {

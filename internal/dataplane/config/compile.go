@@ -126,11 +126,11 @@ func (r *Rule) CostFrom(header keys.Header) int64 {
 
 // LocalCost is cost clamped to the local share's capacity: a request the shared limit could
 // admit is never refused outright (ReasonCostExceedsCapacity) because the share is smaller.
-// A rule this pod holds no share of (ZeroShare) costs more than Local's capacity, which the
-// local store denies (ReasonCostExceedsCapacity, retry when the window resets) without
-// taking anything.
+// A request the shared limit can never admit (cost above its capacity), and any request of a
+// rule this pod holds no share of (ZeroShare), costs more than Local's capacity, which the
+// local store denies (ReasonCostExceedsCapacity, no retry) without taking anything.
 func (r *Rule) LocalCost(cost int64) int64 {
-	if r.ZeroShare {
+	if r.ZeroShare || cost > r.Limit.Capacity() {
 		return r.Local.Capacity() + 1
 	}
 	return min(cost, r.Local.Capacity())
@@ -291,27 +291,33 @@ func LocalShare(lim limiter.Limit, p policy.Policy, podName string) (share limit
 // may be 0: the pod then holds no unit (LocalShare).
 //
 // The window algorithms split Limit, per the same window. The buckets split their capacity
-// (Burst, default Limit) and their rate, Limit per Window, separately: the rate is split as
-// k*Limit per k*Window, with k the least factor (1 when there are no more pods than Limit)
-// that gives every pod at least one unit, as long as k*Window stays within
-// limiter.MaxWindow. The fleet's rates then sum to Limit per Window exactly, and a pod ranked
-// beyond Limit still refills its share of the burst: 1 per second, burst 5, over 2 pods is 1
-// per 2 s, burst 3 and 1 per 2 s, burst 2. Only a rate below one unit a day per pod leaves a
-// pod no refill (and no share: a bucket that never refills would stay empty after one outage).
+// (Burst, default Limit), and their rate, Limit per Window, among the pods that hold part of
+// the capacity (the first min(pods, capacity) ranks): a pod without capacity could not use a
+// rate. The rate is split as k*Limit per k*Window, with k the least factor (1 when those pods
+// are no more than Limit) that gives each of them at least one unit, as long as k*Window
+// stays within limiter.MaxWindow. The fleet's rates then sum to Limit per Window exactly, and
+// a pod ranked beyond Limit still refills its share of the burst: 1 per second, burst 5, over
+// 2 pods is 1 per 2 s, burst 3 and 1 per 2 s, burst 2. Only a rate below one unit a day per
+// pod leaves a pod no refill (and then no share: a bucket that never refills would stay empty
+// after one outage).
 func RawShare(lim limiter.Limit, p policy.Policy, podName string) limiter.Limit {
 	share := lim
 	if !bucket(lim) {
 		share.Limit = p.PodShare(lim.Limit, podName)
 		return share
 	}
-	n := int64(p.Sharers())
+	capacity := lim.Capacity()
+	m := min(int64(p.Sharers()), capacity) // the pods holding part of the capacity
 	k := int64(1)
-	if lim.Limit < n {
-		k = min((n+lim.Limit-1)/lim.Limit, max(int64(limiter.MaxWindow/lim.Window), 1))
+	if lim.Limit < m {
+		k = min((m+lim.Limit-1)/lim.Limit, max(int64(limiter.MaxWindow/lim.Window), 1))
 	}
-	share.Burst = p.PodShare(lim.Capacity(), podName)
-	share.Limit = p.PodShare(lim.Limit*k, podName)
+	share.Burst = p.PodShare(capacity, podName)
+	share.Limit = p.PodShareAmong(lim.Limit*k, int32(m), podName)
 	share.Window = lim.Window * time.Duration(k)
+	if share.Burst == 0 {
+		share.Limit = 0
+	}
 	return share
 }
 

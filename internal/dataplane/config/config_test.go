@@ -66,7 +66,7 @@ func TestLocalShare(t *testing.T) {
 		"unnamed, 1000 replicas":    {policy.Policy{Replicas: 1000}, "", 1, 0, true}, // 1 per 10 min, but no burst
 		"rank 0 of 3":               {ranked("a", "b", "c"), "a", 34, 10, false},
 		"rank 2 of 3":               {ranked("a", "b", "c"), "c", 33, 10, false},
-		"rank 29 of 40":             {ranked(podNames(40)...), podNames(40)[29], 2, 1, false},
+		"rank 29 of 40":             {ranked(podNames(40)...), podNames(40)[29], 3, 1, false}, // the rate over the 30 holding burst
 		"rank 30 of 40":             {ranked(podNames(40)...), podNames(40)[30], 2, 0, true},
 		"not listed":                {ranked("a", "b"), "z", 0, 0, true},
 		"no name, pods listed":      {ranked("a", "b"), "", 0, 0, true},

@@ -24,8 +24,8 @@ type Verdict struct {
 	Local bool
 	// Show is the rule whose numbers the response carries: the enforced rule that denies with
 	// the longest retry (one that never passes before any other) when one denies, else the
-	// decided rule with the least remaining (an enforced rule before a shadow one at a tie);
-	// nil when no rule decided the request.
+	// decided rule with the least remaining (at a tie an enforced rule before a shadow one,
+	// then the one with the latest reset); nil when no rule decided the request.
 	Show *config.Rule
 	// Lim is the limit that decided Show: its shared limit, or this replica's share of it.
 	Lim limiter.Limit
@@ -55,7 +55,10 @@ func (v *Verdict) Add(rule *config.Rule, lim limiter.Limit, res limiter.Result) 
 		v.Delay = 0
 	case v.Denied:
 	case v.Show == nil || res.Remaining < v.Res.Remaining ||
-		(res.Remaining == v.Res.Remaining && v.Show.Shadow && !rule.Shadow):
+		(res.Remaining == v.Res.Remaining && v.Show.Shadow && !rule.Shadow) ||
+		(res.Remaining == v.Res.Remaining && v.Show.Shadow == rule.Shadow && lastReset(resetOf(lim, res), resetOf(v.Lim, v.Res))):
+		// At a tie the latest reset: the request's remaining grows only when every rule's
+		// that has that few has grown.
 		v.Show, v.Lim, v.Res = rule, lim, res
 	}
 	if !v.Denied && res.Allowed && !rule.Shadow && res.Delay > v.Delay {
@@ -98,14 +101,25 @@ func (v *Verdict) RetryAfter() (d time.Duration, ok bool) {
 // can be 1 ms late); for the sliding windows it is when the window has emptied, a time by
 // which remaining has surely grown.
 func (v *Verdict) ResetAfter() (d time.Duration, ok bool) {
-	r := &v.Res
-	switch {
-	case v.Show == nil:
+	if v.Show == nil {
 		return 0, false
-	case !r.Allowed:
-		return r.RetryAfter, r.RetryAfter >= 0
 	}
-	return untilMore(v.Lim, *r), true
+	d = resetOf(v.Lim, v.Res)
+	return d, d >= 0
+}
+
+// lastReset reports whether reset a comes after b; -1 (no time) is the last.
+func lastReset(a, b time.Duration) bool {
+	return b >= 0 && (a < 0 || a > b)
+}
+
+// resetOf is ResetAfter of one rule's decision res under lim: -1 for a denial no wait lets
+// pass.
+func resetOf(lim limiter.Limit, res limiter.Result) time.Duration {
+	if !res.Allowed {
+		return res.RetryAfter
+	}
+	return untilMore(lim, res)
 }
 
 // untilMore is how long after an admission res under lim until res.Remaining grows, if nothing
