@@ -42,9 +42,9 @@ import (
 
 // store modes of a trace.
 const (
-	viaRedis = iota // the shared store decides
-	localOnly       // no shared store: this replica's share decides
-	redisDown       // the shared store is unreachable: the policy's failure mode decides
+	viaRedis  = iota // the shared store decides
+	localOnly        // no shared store: this replica's share decides
+	redisDown        // the shared store is unreachable: the policy's failure mode decides
 	modes
 )
 
@@ -160,7 +160,7 @@ func (e *truthEnv) trace(t *testing.T, rng *rand.Rand, i, mode int, queue bool) 
 	}
 	clk := clocktesting.NewFakeClock(time.UnixMilli(1_800_000_000_000 + int64(i)*7_919))
 	opts := decide.Options{Local: limiter.NewMemoryStore(limiter.MemoryStoreOptions{}), Metrics: m, Clock: clk,
-		Log: slog.New(slog.NewJSONHandler(io.Discard, nil)),
+		Log:     slog.New(slog.NewJSONHandler(io.Discard, nil)),
 		Breaker: breaker.New(breaker.Options{Threshold: 1, Cooldown: time.Hour, MaxCooldown: time.Hour, Clock: clk})}
 	switch mode {
 	case viaRedis:
