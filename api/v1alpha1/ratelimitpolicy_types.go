@@ -33,7 +33,7 @@ const (
 )
 
 // HeaderStyle selects the rate-limit headers a sidecar adds to responses.
-// +kubebuilder:validation:Enum=Draft;Legacy;Both;None
+// +kubebuilder:validation:Enum=Draft;Legacy;Both;None;Draft7;OpenAI
 type HeaderStyle string
 
 // The header styles.
@@ -42,6 +42,42 @@ const (
 	HeadersLegacy HeaderStyle = "Legacy"
 	HeadersBoth   HeaderStyle = "Both"
 	HeadersNone   HeaderStyle = "None"
+	// HeadersDraft7 is the combined field of the IETF draft's version 07,
+	// RateLimit: limit=100, remaining=50, reset=5, with RateLimit-Policy: 100;w=60.
+	HeadersDraft7 HeaderStyle = "Draft7"
+	// HeadersOpenAI is OpenAI's x-ratelimit-{limit,remaining,reset}-{requests,tokens}.
+	HeadersOpenAI HeaderStyle = "OpenAI"
+)
+
+// ResetFormat says how X-RateLimit-Reset gives the reset.
+// +kubebuilder:validation:Enum=Seconds;UnixTime
+type ResetFormat string
+
+// The reset formats.
+const (
+	// ResetSeconds is the number of seconds from now, rounded up.
+	ResetSeconds ResetFormat = "Seconds"
+	// ResetUnixTime is the Unix time, in seconds, of the reset (rounded up), as GitHub's API
+	// sends it.
+	ResetUnixTime ResetFormat = "UnixTime"
+)
+
+// BodyFormat selects the body of a limited request's answer.
+// +kubebuilder:validation:Enum=JSON;OpenAI;Text;Template
+type BodyFormat string
+
+// The body formats.
+const (
+	// BodyJSON is Sluice's JSON object: error, message, reason, retry_after, limit,
+	// remaining, reset_at, policy, rule.
+	BodyJSON BodyFormat = "JSON"
+	// BodyOpenAI is OpenAI's error object, {"error": {"message", "type", "code"}}, with code
+	// rate_limit_exceeded, which OpenAI's SDKs parse.
+	BodyOpenAI BodyFormat = "OpenAI"
+	// BodyText is the message alone, as text/plain.
+	BodyText BodyFormat = "Text"
+	// BodyTemplate is the user's template.
+	BodyTemplate BodyFormat = "Template"
 )
 
 // RuleMode says whether a rule rejects requests or only counts them.
@@ -164,10 +200,63 @@ type ResponseSpec struct {
 
 	// headers selects the rate-limit headers added to responses: Draft (the IETF
 	// RateLimit-Policy and RateLimit fields), Legacy (X-RateLimit-Limit, -Remaining, -Reset),
-	// Both (the default) or None. Limited responses carry Retry-After in every style.
+	// Both (the default), Draft7 (the draft's version 07 combined field, RateLimit:
+	// limit=100, remaining=50, reset=5), OpenAI (x-ratelimit-limit-requests, ...-tokens for a
+	// rule with responseCost) or None. A rule's own headers overrides it. Limited responses
+	// carry Retry-After in every style. Every reset means how long until the next request can
+	// pass: after a denial, the Retry-After; after an admission, until the remaining grows.
 	// +optional
 	// +kubebuilder:default=Both
 	Headers HeaderStyle `json:"headers,omitempty"`
+
+	// retryAfterMs adds retry-after-ms, the exact wait in milliseconds, beside the
+	// whole-second Retry-After (rounded up) of limited responses: the header OpenAI's SDKs
+	// read first. False by default.
+	// +optional
+	RetryAfterMs bool `json:"retryAfterMs,omitempty"`
+
+	// legacyReset is how X-RateLimit-Reset (styles Legacy and Both) gives the reset: Seconds
+	// from now (the default) or UnixTime, the Unix time in seconds, as GitHub's API does.
+	// +optional
+	// +kubebuilder:default=Seconds
+	LegacyReset ResetFormat `json:"legacyReset,omitempty"`
+
+	// body shapes the body of a limited request's answer; Sluice's JSON by default.
+	// +optional
+	Body *BodySpec `json:"body,omitempty"`
+}
+
+// BodySpec shapes the body of a limited request's answer.
+// +kubebuilder:validation:XValidation:rule="(has(self.format) && self.format == 'Template') == has(self.template)",message="template is required with format Template and applies only to it"
+// +kubebuilder:validation:XValidation:rule="!has(self.contentType) || (has(self.format) && self.format == 'Template')",message="contentType applies only to format Template"
+type BodySpec struct {
+	// format is JSON (the default: Sluice's object with error, message, reason, retry_after,
+	// limit, remaining, reset_at, policy, rule), OpenAI (OpenAI's error object,
+	// {"error": {"message", "type": "requests" or "tokens", "code": "rate_limit_exceeded"}}),
+	// Text (the message, as text/plain) or Template.
+	// +optional
+	// +kubebuilder:default=JSON
+	Format BodyFormat `json:"format,omitempty"`
+
+	// contentType is the Content-Type of a Template body; text/plain; charset=utf-8 by
+	// default.
+	// +optional
+	// +kubebuilder:validation:MaxLength=128
+	// +kubebuilder:validation:XValidation:rule="self.matches('^[a-zA-Z0-9!#$&^_.+-]+/[a-zA-Z0-9!#$&^_.+-]+( *; *[a-zA-Z0-9!#$&^_.+-]+=[a-zA-Z0-9!#$&^_.+-]+)*$')",message="must be a media type, such as application/problem+json or text/plain; charset=utf-8"
+	ContentType string `json:"contentType,omitempty"`
+
+	// template is the body of format Template, a Go text/template over the decision:
+	// {{.Policy}}, {{.Rule}}, {{.Reason}} (limited, cost_exceeds_capacity,
+	// delay_exceeds_max_delay, no_local_share), {{.Limit}}, {{.Remaining}} (0),
+	// {{.RetryAfter}} (seconds, rounded up) and {{.RetryAfterMs}} (both 0 and {{.CanRetry}}
+	// false when no wait lets the request pass), {{.ResetAt}} (RFC 3339, empty without a
+	// retry), {{.Status}} and {{.Message}} (a sentence; quote it with {{json .Message}}).
+	// The controller parses it and rejects a policy whose template does not execute
+	// (Accepted=False).
+	// +optional
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=4096
+	Template string `json:"template,omitempty"`
 }
 
 // Rule is one limit: which requests it counts, how it keys them, and how many it admits.
@@ -277,6 +366,13 @@ type Rule struct {
 	// or lease.
 	// +optional
 	ResponseCost *ResponseCost `json:"responseCost,omitempty"`
+
+	// headers overrides the policy's response.headers for this rule: None hides the rule's
+	// numbers (a guard against abuse, beside quotas that clients should see), and a 429 it
+	// causes carries only Retry-After; OpenAI reports a rule with responseCost as -tokens,
+	// any other as -requests. The policy's style when unset.
+	// +optional
+	Headers HeaderStyle `json:"headers,omitempty"`
 
 	// mode is Enforce (the default: reject over the limit) or Shadow (count and report in
 	// metrics and headers, never reject), for trying a limit on live traffic.

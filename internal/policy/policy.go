@@ -150,6 +150,44 @@ const (
 type Response struct {
 	StatusCode int         `json:"statusCode"`
 	Headers    HeaderStyle `json:"headers"`
+	// RetryAfterMs adds retry-after-ms, the exact wait in ms, beside Retry-After.
+	RetryAfterMs bool `json:"retryAfterMs,omitempty"`
+	// LegacyReset is how X-RateLimit-Reset gives the reset; empty means ResetSeconds.
+	LegacyReset ResetFormat `json:"legacyReset,omitempty"`
+	// Body shapes a limited request's body; nil means BodyJSON.
+	Body *Body `json:"body,omitempty"`
+}
+
+// ResetFormat says how X-RateLimit-Reset gives the reset; the API's enum
+// (v1alpha1.ResetFormat) has the same values.
+type ResetFormat string
+
+// The reset formats.
+const (
+	// ResetSeconds is the seconds from now, rounded up.
+	ResetSeconds ResetFormat = "Seconds"
+	// ResetUnixTime is the Unix time in seconds, rounded up.
+	ResetUnixTime ResetFormat = "UnixTime"
+)
+
+// BodyFormat selects a limited request's body; the API's enum (v1alpha1.BodyFormat) has the
+// same values.
+type BodyFormat string
+
+// The body formats.
+const (
+	BodyJSON     BodyFormat = "JSON"
+	BodyOpenAI   BodyFormat = "OpenAI"
+	BodyText     BodyFormat = "Text"
+	BodyTemplate BodyFormat = "Template"
+)
+
+// Body is a limited request's body: a Format, and for BodyTemplate the Template (a Go
+// text/template over the decision, see package decide's BodyFields) and its ContentType.
+type Body struct {
+	Format      BodyFormat `json:"format"`
+	ContentType string     `json:"contentType,omitempty"`
+	Template    string     `json:"template,omitempty"`
 }
 
 // HeaderStyle selects the rate-limit headers of a sidecar's answers.
@@ -165,7 +203,22 @@ const (
 	HeadersBoth HeaderStyle = "Both"
 	// HeadersNone sends neither; Retry-After goes with a rejection in every style.
 	HeadersNone HeaderStyle = "None"
+	// HeadersDraft7 sends the draft's version 07 combined field, RateLimit: limit=,
+	// remaining=, reset=, and RateLimit-Policy: limit;w=window.
+	HeadersDraft7 HeaderStyle = "Draft7"
+	// HeadersOpenAI sends OpenAI's x-ratelimit-limit-, -remaining- and -reset-requests (and
+	// -tokens, for a rule whose cost comes from the response).
+	HeadersOpenAI HeaderStyle = "OpenAI"
 )
+
+// Valid reports whether h is one of the styles.
+func (h HeaderStyle) Valid() bool {
+	switch h {
+	case HeadersDraft, HeadersLegacy, HeadersBoth, HeadersNone, HeadersDraft7, HeadersOpenAI:
+		return true
+	}
+	return false
+}
 
 // Draft reports whether the style includes the draft's fields.
 func (h HeaderStyle) Draft() bool { return h == HeadersDraft || h == HeadersBoth }
@@ -193,6 +246,8 @@ type Rule struct {
 	// CostHeader is the canonical name of the header that may carry the cost.
 	CostHeader string   `json:"costHeader,omitempty"`
 	Mode       RuleMode `json:"mode"`
+	// Headers, when set, is the rule's header style, over the policy's Response.Headers.
+	Headers HeaderStyle `json:"headers,omitempty"`
 	// Lease, when set, makes the sidecars lease units of the shared limit in advance and
 	// spend them locally (package lease); nil decides every request in the store.
 	Lease *Lease `json:"lease,omitempty"`

@@ -3,6 +3,7 @@ package policy
 import (
 	"errors"
 	"fmt"
+	"mime"
 	"net/netip"
 	"slices"
 
@@ -47,10 +48,8 @@ func (p Policy) Validate() error {
 	if p.Response.StatusCode < 400 || p.Response.StatusCode > 599 {
 		return fmt.Errorf("response.statusCode %d is outside 400..599", p.Response.StatusCode)
 	}
-	switch p.Response.Headers {
-	case HeadersDraft, HeadersLegacy, HeadersBoth, HeadersNone:
-	default:
-		return fmt.Errorf("response.headers %q is not Draft, Legacy, Both or None", p.Response.Headers)
+	if err := p.Response.validate(); err != nil {
+		return err
 	}
 	if p.Pods != nil {
 		if int(p.Replicas) != len(p.Pods) {
@@ -111,6 +110,9 @@ func (r Rule) validateResponseCost() error {
 }
 
 func (r Rule) validate() error {
+	if r.Headers != "" && !r.Headers.Valid() {
+		return fmt.Errorf("headers %q is not %s", r.Headers, styles)
+	}
 	if c := r.Calendar; c != nil {
 		if r.WindowMs != 0 {
 			return errors.New("calendar and windowMs are both set")
@@ -183,6 +185,39 @@ func (m *Match) validate() error {
 	for _, h := range m.Headers {
 		if h.Absent && (h.Value != "" || len(h.NotIn) > 0) || len(h.NotIn) > 0 && h.Value != "" {
 			return fmt.Errorf("header match %s sets more than one of value, absent, notIn", h.Name)
+		}
+	}
+	return nil
+}
+
+const styles = "Draft, Legacy, Both, None, Draft7 or OpenAI"
+
+func (r Response) validate() error {
+	if !r.Headers.Valid() {
+		return fmt.Errorf("response.headers %q is not %s", r.Headers, styles)
+	}
+	switch r.LegacyReset {
+	case "", ResetSeconds, ResetUnixTime:
+	default:
+		return fmt.Errorf("response.legacyReset %q is not Seconds or UnixTime", r.LegacyReset)
+	}
+	if b := r.Body; b != nil {
+		switch b.Format {
+		case BodyJSON, BodyOpenAI, BodyText:
+			if b.Template != "" || b.ContentType != "" {
+				return fmt.Errorf("response.body: template and contentType apply only to format Template, not %s", b.Format)
+			}
+		case BodyTemplate:
+			if err := CheckTemplate(b.Template); err != nil {
+				return fmt.Errorf("response.body.template: %w", err)
+			}
+			if b.ContentType != "" {
+				if _, _, err := mime.ParseMediaType(b.ContentType); err != nil {
+					return fmt.Errorf("response.body.contentType %q: %w", b.ContentType, err)
+				}
+			}
+		default:
+			return fmt.Errorf("response.body.format %q is not JSON, OpenAI, Text or Template", b.Format)
 		}
 	}
 	return nil

@@ -50,6 +50,13 @@ func Compile(p *v1alpha1.RateLimitPolicy) (policy.Policy, error) {
 			out.Response.StatusCode = int(r.StatusCode)
 		}
 		out.Response.Headers = policy.HeaderStyle(orDefault(r.Headers, v1alpha1.HeadersBoth))
+		out.Response.RetryAfterMs = r.RetryAfterMs
+		if r.LegacyReset == v1alpha1.ResetUnixTime {
+			out.Response.LegacyReset = policy.ResetUnixTime
+		}
+		if b := r.Body; b != nil && orDefault(b.Format, v1alpha1.BodyJSON) != v1alpha1.BodyJSON {
+			out.Response.Body = &policy.Body{Format: policy.BodyFormat(b.Format), ContentType: b.ContentType, Template: b.Template}
+		}
 	}
 	for i, r := range p.Spec.Rules {
 		rule, err := compileRule(r)
@@ -91,6 +98,7 @@ func compileRule(r v1alpha1.Rule) (policy.Rule, error) {
 		WindowMs:  window,
 		Cost:      1,
 		Mode:      policy.RuleMode(orDefault(r.Mode, v1alpha1.Enforce)),
+		Headers:   policy.HeaderStyle(r.Headers),
 	}
 	if r.Algorithm == v1alpha1.TokenBucket || r.Algorithm == v1alpha1.LeakyBucket {
 		out.Burst = r.Limit

@@ -1,6 +1,7 @@
 package render
 
 import (
+	"cmp"
 	"k8s.io/apimachinery/pkg/util/intstr"
 
 	"encoding/json"
@@ -106,6 +107,8 @@ func TestAPIEnumsAreTheFormatsVocabulary(t *testing.T) {
 		return out
 	}
 	sorted := func(vs ...string) []string { slices.Sort(vs); return vs }
+	styles := sorted(string(policy.HeadersDraft), string(policy.HeadersLegacy), string(policy.HeadersBoth), string(policy.HeadersNone),
+		string(policy.HeadersDraft7), string(policy.HeadersOpenAI))
 	base := func() *v1alpha1.RateLimitPolicy {
 		p := &v1alpha1.RateLimitPolicy{}
 		p.Name = "p"
@@ -125,11 +128,37 @@ func TestAPIEnumsAreTheFormatsVocabulary(t *testing.T) {
 			func(p *v1alpha1.RateLimitPolicy, v string) { p.Spec.FailureMode = v1alpha1.FailureMode(v) },
 			func(p policy.Policy) string { return string(p.FailureMode) }},
 		{"response.headers", spec.Properties["response"].Properties["headers"],
-			sorted(string(policy.HeadersDraft), string(policy.HeadersLegacy), string(policy.HeadersBoth), string(policy.HeadersNone)),
+			styles,
 			func(p *v1alpha1.RateLimitPolicy, v string) {
 				p.Spec.Response = &v1alpha1.ResponseSpec{Headers: v1alpha1.HeaderStyle(v)}
 			},
 			func(p policy.Policy) string { return string(p.Response.Headers) }},
+		{"rules[].headers", spec.Properties["rules"].Items.Schema.Properties["headers"],
+			styles,
+			func(p *v1alpha1.RateLimitPolicy, v string) { p.Spec.Rules[0].Headers = v1alpha1.HeaderStyle(v) },
+			func(p policy.Policy) string { return string(p.Rules[0].Headers) }},
+		{"response.legacyReset", spec.Properties["response"].Properties["legacyReset"],
+			sorted(string(policy.ResetSeconds), string(policy.ResetUnixTime)),
+			func(p *v1alpha1.RateLimitPolicy, v string) {
+				p.Spec.Response = &v1alpha1.ResponseSpec{LegacyReset: v1alpha1.ResetFormat(v)}
+			},
+			func(p policy.Policy) string {
+				return cmp.Or(string(p.Response.LegacyReset), string(policy.ResetSeconds))
+			}},
+		{"response.body.format", spec.Properties["response"].Properties["body"].Properties["format"],
+			sorted(string(policy.BodyJSON), string(policy.BodyOpenAI), string(policy.BodyText), string(policy.BodyTemplate)),
+			func(p *v1alpha1.RateLimitPolicy, v string) {
+				p.Spec.Response = &v1alpha1.ResponseSpec{Body: &v1alpha1.BodySpec{Format: v1alpha1.BodyFormat(v)}}
+				if v == string(v1alpha1.BodyTemplate) {
+					p.Spec.Response.Body.Template = "{{.Message}}"
+				}
+			},
+			func(p policy.Policy) string {
+				if p.Response.Body == nil {
+					return string(policy.BodyJSON)
+				}
+				return string(p.Response.Body.Format)
+			}},
 		{"rules[].mode", spec.Properties["rules"].Items.Schema.Properties["mode"],
 			sorted(string(policy.Enforce), string(policy.Shadow)),
 			func(p *v1alpha1.RateLimitPolicy, v string) { p.Spec.Rules[0].Mode = v1alpha1.RuleMode(v) },

@@ -154,7 +154,7 @@ func (h *Handler) admit(ctx *fasthttp.RequestCtx, a *admitted) bool {
 		a.d = h.decide(context.Background(), cfg, &view)
 		switch a.d.action {
 		case deny:
-			writeDeniedFast(ctx, &a.d.v, a.d.now)
+			writeDeniedFast(ctx, &a.d.v)
 			return false
 		case refuse:
 			writeUnavailableFast(ctx)

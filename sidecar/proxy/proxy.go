@@ -177,7 +177,7 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		d := h.decide(r.Context(), cfg, &req)
 		switch d.action {
 		case deny:
-			writeDenied(w, &d.v, d.now)
+			writeDenied(w, &d.v)
 			return
 		case refuse:
 			writeUnavailable(w)

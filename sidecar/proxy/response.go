@@ -1,6 +1,7 @@
 package proxy
 
 import (
+	"bytes"
 	"encoding/json"
 	"net/http"
 	"strconv"
@@ -11,6 +12,7 @@ import (
 	"github.com/sluice-dev/sluice/internal/dataplane/config"
 	"github.com/sluice-dev/sluice/internal/dataplane/decide"
 	"github.com/sluice-dev/sluice/internal/limiter"
+	"github.com/sluice-dev/sluice/internal/policy"
 )
 
 // hRetryAfter is Retry-After in canonical form, assigned directly to the header map.
@@ -25,7 +27,7 @@ const hRetryAfter = decide.HeaderRetryAfter
 // rather than overwrite its neighbour).
 func setHeaders(h http.Header, v *decide.Verdict) {
 	var rf decide.Fields
-	var scratch [160]byte
+	var scratch [256]byte
 	buf := rf.Compute(scratch[:0], v)
 	if rf.N == 0 {
 		return
@@ -46,7 +48,7 @@ func setHeaders(h http.Header, v *decide.Verdict) {
 // setFastHeaders is setHeaders for a fasthttp response, without allocating.
 func setFastHeaders(h *fasthttp.ResponseHeader, v *decide.Verdict) {
 	var rf decide.Fields
-	var scratch [160]byte
+	var scratch [256]byte
 	buf := rf.Compute(scratch[:0], v)
 	for i := range rf.F[:rf.N] {
 		f := &rf.F[i]
@@ -59,8 +61,9 @@ func setFastHeaders(h *fasthttp.ResponseHeader, v *decide.Verdict) {
 	}
 }
 
-// deniedBody is the JSON body of a limited request; the field order is the contract's.
-// RetryAfter and ResetAt are left out when no wait lets the request pass (Reason says why).
+// deniedBody is the JSON body of a limited request (BodyJSON); the field order is the
+// contract's. RetryAfter and ResetAt are left out when no wait lets the request pass (Reason
+// says why).
 type deniedBody struct {
 	Error      string `json:"error"`
 	Message    string `json:"message"`
@@ -73,31 +76,65 @@ type deniedBody struct {
 	Rule       string `json:"rule"`
 }
 
-// denial returns the Retry-After of v's denial in seconds (ok false when there is none) and
-// its JSON body.
-func denial(v *decide.Verdict, now time.Time) (retry int64, ok bool, body []byte) {
+// openAIBody is OpenAI's error object (BodyOpenAI), as its SDKs parse it: type is "tokens"
+// for a rule whose cost comes from the response, else "requests".
+type openAIBody struct {
+	Error struct {
+		Message string  `json:"message"`
+		Type    string  `json:"type"`
+		Param   *string `json:"param"`
+		Code    string  `json:"code"`
+	} `json:"error"`
+}
+
+// denialData is what every body format says of v's denial.
+func denialData(v *decide.Verdict) policy.TemplateData {
 	rule, res := v.Show, &v.Res
-	b := deniedBody{
-		Error:     "rate_limit_exceeded",
-		Reason:    string(res.Reason),
-		Limit:     res.Limit,
-		Remaining: 0,
-		Policy:    rule.Policy.Name,
-		Rule:      rule.Name,
-	}
+	d := policy.TemplateData{Status: rule.Policy.StatusCode, Policy: rule.Policy.Name, Rule: rule.Name,
+		Reason: string(res.Reason), Limit: res.Limit}
 	msg := "Rate limit exceeded: rule " + strconv.Quote(rule.Name) + " of policy " + strconv.Quote(rule.Policy.Name) +
 		" allows " + strconv.FormatInt(res.Limit, 10) + " per " + rule.Limit.Per()
-	if d, has := v.RetryAfter(); has {
-		retry, ok = config.CeilSeconds(d), true
-		b.RetryAfter = &retry
-		b.ResetAt = now.Add(time.Duration(retry) * time.Second).UTC().Truncate(time.Second).Format(time.RFC3339)
-		msg += "; retry in " + strconv.FormatInt(retry, 10) + "s."
+	if retry, ok := v.RetryAfter(); ok {
+		d.CanRetry, d.RetryAfter, d.RetryAfterMs = true, config.CeilSeconds(retry), retry.Milliseconds()
+		d.ResetAt = v.At.Add(time.Duration(d.RetryAfter) * time.Second).UTC().Truncate(time.Second).Format(time.RFC3339)
+		msg += "; retry in " + strconv.FormatInt(d.RetryAfter, 10) + "s."
 	} else {
 		msg += "; " + never(res.Reason)
 	}
-	b.Message = msg
+	d.Message = msg
+	return d
+}
+
+// denial returns the content type and body of v's denial, in its policy's body format.
+func denial(v *decide.Verdict) (contentType string, body []byte) {
+	d := denialData(v)
+	p := v.Show.Policy
+	switch p.Body {
+	case policy.BodyOpenAI:
+		var b openAIBody
+		b.Error.Message, b.Error.Type, b.Error.Code = d.Message, "requests", "rate_limit_exceeded"
+		if v.Show.Tokens {
+			b.Error.Type = "tokens"
+		}
+		body, _ = json.Marshal(b)
+		return "application/json", body
+	case policy.BodyText:
+		return "text/plain; charset=utf-8", []byte(d.Message + "\n")
+	case policy.BodyTemplate:
+		var buf bytes.Buffer
+		if err := p.Template.Execute(&buf, &d); err == nil {
+			return p.ContentType, buf.Bytes()
+		}
+		// The template executed over a sample when it was parsed; the fields are the same.
+		return "text/plain; charset=utf-8", []byte(d.Message + "\n")
+	}
+	b := deniedBody{Error: "rate_limit_exceeded", Message: d.Message, Reason: d.Reason, Limit: d.Limit,
+		ResetAt: d.ResetAt, Policy: d.Policy, Rule: d.Rule}
+	if d.CanRetry {
+		b.RetryAfter = &d.RetryAfter
+	}
 	body, _ = json.Marshal(b)
-	return retry, ok, body
+	return "application/json", body
 }
 
 // never says why no wait lets a denied request pass.
@@ -108,15 +145,13 @@ func never(r limiter.Reason) string {
 	return "the request costs more than the limit's capacity: no wait lets it pass."
 }
 
-// writeDenied answers a request v denied.
-func writeDenied(w http.ResponseWriter, v *decide.Verdict, now time.Time) {
-	retry, ok, body := denial(v, now)
+// writeDenied answers a request v denied: its headers (Retry-After among them, see
+// decide.Fields.Compute) and its body.
+func writeDenied(w http.ResponseWriter, v *decide.Verdict) {
+	contentType, body := denial(v)
 	hd := w.Header()
 	setHeaders(hd, v)
-	if ok {
-		hd[hRetryAfter] = []string{strconv.FormatInt(retry, 10)}
-	}
-	hd["Content-Type"] = []string{"application/json"}
+	hd["Content-Type"] = []string{contentType}
 	hd["Content-Length"] = []string{strconv.Itoa(len(body))}
 	hd["Cache-Control"] = []string{"no-store"}
 	w.WriteHeader(v.Show.Policy.StatusCode)
@@ -124,15 +159,11 @@ func writeDenied(w http.ResponseWriter, v *decide.Verdict, now time.Time) {
 }
 
 // writeDeniedFast is writeDenied for a fasthttp request.
-func writeDeniedFast(ctx *fasthttp.RequestCtx, v *decide.Verdict, now time.Time) {
-	retry, ok, body := denial(v, now)
+func writeDeniedFast(ctx *fasthttp.RequestCtx, v *decide.Verdict) {
+	contentType, body := denial(v)
 	hd := &ctx.Response.Header
 	setFastHeaders(hd, v)
-	if ok {
-		var b [20]byte
-		hd.SetBytesV(hRetryAfter, strconv.AppendInt(b[:0], retry, 10))
-	}
-	hd.SetContentType("application/json")
+	hd.SetContentType(contentType)
 	hd.Set("Cache-Control", "no-store")
 	ctx.SetStatusCode(v.Show.Policy.StatusCode)
 	ctx.SetBody(body)

@@ -11,17 +11,17 @@ import (
 	"github.com/sluice-dev/sluice/internal/dataplane/config"
 	"github.com/sluice-dev/sluice/internal/dataplane/decide"
 	"github.com/sluice-dev/sluice/internal/limiter"
+	"github.com/sluice-dev/sluice/internal/policy"
 )
 
 // setHeadersPlain is setHeaders written the obvious way, one allocation per value: the
 // reference the optimized version must match byte for byte.
 func setHeadersPlain(h http.Header, v *decide.Verdict) {
 	rule, res := v.Show, v.Res
-	p := rule.Policy
 	d, hasReset := v.ResetAfter()
 	reset := strconv.FormatInt(config.CeilSeconds(d), 10)
 	remaining := strconv.FormatInt(res.Remaining, 10)
-	if p.Draft {
+	if rule.Style.Draft() {
 		if res.Limit == rule.Limit.Capacity() {
 			h.Set("RateLimit-Policy", rule.DraftPolicy)
 		} else {
@@ -32,24 +32,27 @@ func setHeadersPlain(h http.Header, v *decide.Verdict) {
 			h.Set("RateLimit", rule.Quoted+";r="+remaining+";t="+reset)
 		}
 	}
-	if p.Legacy {
+	if rule.Style.Legacy() {
 		h.Set("X-RateLimit-Limit", strconv.FormatInt(res.Limit, 10))
 		h.Set("X-RateLimit-Remaining", remaining)
 		if hasReset {
 			h.Set("X-RateLimit-Reset", reset)
 		}
 	}
+	if retry, ok := v.RetryAfter(); ok {
+		h.Set("Retry-After", strconv.FormatInt(config.CeilSeconds(retry), 10))
+	}
 }
 
 func TestSetHeadersMatchesPlain(t *testing.T) {
-	for _, style := range []struct{ draft, legacy bool }{{true, true}, {true, false}, {false, true}, {false, false}} {
+	for _, style := range []policy.HeaderStyle{policy.HeadersBoth, policy.HeadersDraft, policy.HeadersLegacy} {
 		for _, window := range []time.Duration{500 * time.Millisecond, time.Second, time.Hour} {
 			lim := limiter.Limit{Algorithm: limiter.TokenBucket, Limit: 100, Burst: 100, Window: window}
 			name := "a-rule-name-" + strconv.Itoa(int(window/time.Millisecond))
 			quoted := strconv.Quote(name)
-			p := &config.Policy{Name: "p", Draft: style.draft, Legacy: style.legacy}
+			p := &config.Policy{Name: "p"}
 			rule := &config.Rule{
-				Policy: p, Name: name, Limit: lim, Quoted: quoted,
+				Policy: p, Name: name, Limit: lim, Quoted: quoted, Style: style,
 				DraftPolicy: quoted + ";q=100;w=" + strconv.FormatInt(max(config.CeilSeconds(window), 1), 10),
 				LimitValue:  "100",
 			}
@@ -86,11 +89,12 @@ func TestSetHeadersMatchesPlain(t *testing.T) {
 
 func BenchmarkSetHeaders(b *testing.B) {
 	lim := limiter.Limit{Algorithm: limiter.TokenBucket, Limit: 100_000_000, Burst: 100_000_000, Window: time.Second}
-	p := &config.Policy{Name: "bench", Draft: true, Legacy: true}
-	rule := &config.Rule{Policy: p, Name: "per-client", Limit: lim, Quoted: `"per-client"`,
+	p := &config.Policy{Name: "bench"}
+	rule := &config.Rule{Policy: p, Style: policy.HeadersBoth, Name: "per-client", Limit: lim, Quoted: `"per-client"`,
 		DraftPolicy: `"per-client";q=100000000;w=1`, LimitValue: "100000000"}
 	res := limiter.Result{Allowed: true, Limit: 100_000_000, Remaining: 99_999_999, ResetAfter: 10 * time.Nanosecond}
-	v := decide.Verdict{Show: rule, Lim: lim, Res: res}
+	var v decide.Verdict
+	v.Add(rule, lim, res)
 	h := http.Header{}
 	b.ReportAllocs()
 	for b.Loop() {

@@ -8,9 +8,11 @@ package config
 import (
 	"bufio"
 	"bytes"
+	"cmp"
 	"fmt"
 	"strconv"
 	"strings"
+	"text/template"
 	"time"
 
 	"github.com/sluice-dev/sluice/internal/dataplane/keys"
@@ -48,10 +50,17 @@ type Policy struct {
 	FailureMode policy.FailureMode
 	// StatusCode answers a limited request.
 	StatusCode int
-	// Draft and Legacy select the rate-limit header styles.
-	Draft, Legacy bool
-	Rules         []*Rule
-	Fallback      *metrics.Fallback
+	// RetryAfterMs adds retry-after-ms, the exact wait, beside Retry-After.
+	RetryAfterMs bool
+	// UnixReset makes X-RateLimit-Reset a Unix time rather than seconds from now.
+	UnixReset bool
+	// Body is a limited request's body format (BodyJSON when the policy sets none); for
+	// BodyTemplate, Template and ContentType.
+	Body        policy.BodyFormat
+	Template    *template.Template
+	ContentType string
+	Rules       []*Rule
+	Fallback    *metrics.Fallback
 }
 
 // Rule is a compiled policy.Rule.
@@ -74,6 +83,11 @@ type Rule struct {
 	CostHeader string
 	// Shadow rules count and report but never deny or delay.
 	Shadow bool
+	// Style is the rule's header style: its own, else its policy's.
+	Style policy.HeaderStyle
+	// Tokens is true for a rule whose cost comes from the response (ResponseCost): the
+	// OpenAI style reports it as -tokens, the others as -requests.
+	Tokens bool
 	// CountWhen, when not empty, makes the rule check at admission and charge after the
 	// response only when its status is in one of the ranges.
 	CountWhen []policy.StatusRange
@@ -90,6 +104,8 @@ type Rule struct {
 	Lease *lease.Params
 	// DraftPolicy is the RateLimit-Policy field value, `"name";q=capacity;w=seconds`.
 	DraftPolicy string
+	// Draft7Policy is the draft 07 RateLimit-Policy field value, `capacity;w=seconds`.
+	Draft7Policy string
 	// LimitValue is the X-RateLimit-Limit value, the capacity in decimal.
 	LimitValue string
 	// Quoted is the rule name as a structured-field string, for the RateLimit field.
@@ -188,11 +204,21 @@ func compilePolicyRules(p policy.Policy, podName string, m *metrics.Metrics, des
 		return nil, fmt.Errorf("trustedProxies: %w", err)
 	}
 	cp := &Policy{
-		Name:       p.Name,
-		StatusCode: p.Response.StatusCode,
-		Draft:      p.Response.Headers.Draft(),
-		Legacy:     p.Response.Headers.Legacy(),
-		Fallback:   m.ForPolicy(p.Name),
+		Name:         p.Name,
+		StatusCode:   p.Response.StatusCode,
+		RetryAfterMs: p.Response.RetryAfterMs,
+		UnixReset:    p.Response.LegacyReset == policy.ResetUnixTime,
+		Body:         policy.BodyJSON,
+		Fallback:     m.ForPolicy(p.Name),
+	}
+	if b := p.Response.Body; b != nil && b.Format != "" {
+		cp.Body = b.Format
+		if b.Format == policy.BodyTemplate {
+			if cp.Template, err = policy.ParseTemplate(b.Template); err != nil {
+				return nil, fmt.Errorf("response.body.template: %w", err)
+			}
+			cp.ContentType = cmp.Or(b.ContentType, "text/plain; charset=utf-8")
+		}
 	}
 	switch p.FailureMode {
 	case policy.FailureOpen, policy.FailureClosed:
@@ -219,24 +245,27 @@ func compilePolicyRules(p policy.Policy, podName string, m *metrics.Metrics, des
 			lp = &lease.Params{MaxAge: r.Lease.MaxAge(), MaxUnits: r.Lease.MaxUnits}
 		}
 		cp.Rules = append(cp.Rules, &Rule{
-			Lease:       lp,
-			Policy:      cp,
-			Name:        r.Name,
-			Match:       keys.CompileMatch(r.Match),
-			Key:         keys.CompileKey(p.Name, r.Name, r.Key, trusted),
-			Limit:       lim,
-			Local:       local,
-			ZeroShare:   zero,
-			Cost:        max(r.Cost, 1),
-			CostHeader:  r.CostHeader,
-			Shadow:      r.Mode == policy.Shadow,
-			CountWhen:   r.CountWhen,
-			Queue:       lim.Algorithm == limiter.LeakyBucket && lim.Mode == limiter.Queue,
-			Descriptors: descriptorsOf(r),
-			DraftPolicy: quoted + ";q=" + strconv.FormatInt(lim.Capacity(), 10) + ";w=" + strconv.FormatInt(window, 10),
-			LimitValue:  strconv.FormatInt(lim.Capacity(), 10),
-			Quoted:      quoted,
-			Metrics:     m.ForRule(p.Name, r.Name),
+			Lease:        lp,
+			Policy:       cp,
+			Name:         r.Name,
+			Match:        keys.CompileMatch(r.Match),
+			Key:          keys.CompileKey(p.Name, r.Name, r.Key, trusted),
+			Limit:        lim,
+			Local:        local,
+			ZeroShare:    zero,
+			Cost:         max(r.Cost, 1),
+			CostHeader:   r.CostHeader,
+			Shadow:       r.Mode == policy.Shadow,
+			Style:        cmp.Or(r.Headers, p.Response.Headers, policy.HeadersBoth),
+			Tokens:       r.ResponseCost != nil,
+			CountWhen:    r.CountWhen,
+			Queue:        lim.Algorithm == limiter.LeakyBucket && lim.Mode == limiter.Queue,
+			Descriptors:  descriptorsOf(r),
+			DraftPolicy:  quoted + ";q=" + strconv.FormatInt(lim.Capacity(), 10) + ";w=" + strconv.FormatInt(window, 10),
+			LimitValue:   strconv.FormatInt(lim.Capacity(), 10),
+			Draft7Policy: strconv.FormatInt(lim.Capacity(), 10) + ";w=" + strconv.FormatInt(window, 10),
+			Quoted:       quoted,
+			Metrics:      m.ForRule(p.Name, r.Name),
 		})
 		if rc := r.ResponseCost; rc != nil {
 			rule := cp.Rules[len(cp.Rules)-1]

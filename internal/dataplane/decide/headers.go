@@ -2,8 +2,10 @@ package decide
 
 import (
 	"strconv"
+	"time"
 
 	"github.com/sluice-dev/sluice/internal/dataplane/config"
+	"github.com/sluice-dev/sluice/internal/policy"
 )
 
 // The rate-limit header names, in canonical form.
@@ -14,6 +16,17 @@ const (
 	HeaderLegacyRemaining = "X-Ratelimit-Remaining"
 	HeaderLegacyReset     = "X-Ratelimit-Reset"
 	HeaderRetryAfter      = "Retry-After"
+	// HeaderRetryAfterMs is the exact wait in milliseconds, which OpenAI's SDKs read before
+	// Retry-After (Response.RetryAfterMs).
+	HeaderRetryAfterMs = "Retry-After-Ms"
+	// OpenAI's style: the requests family, and the tokens family for a rule whose cost comes
+	// from the response.
+	HeaderOpenAILimitRequests     = "X-Ratelimit-Limit-Requests"
+	HeaderOpenAIRemainingRequests = "X-Ratelimit-Remaining-Requests"
+	HeaderOpenAIResetRequests     = "X-Ratelimit-Reset-Requests"
+	HeaderOpenAILimitTokens       = "X-Ratelimit-Limit-Tokens"
+	HeaderOpenAIRemainingTokens   = "X-Ratelimit-Remaining-Tokens"
+	HeaderOpenAIResetTokens       = "X-Ratelimit-Reset-Tokens"
 )
 
 // Fields are the rate-limit header fields of one decision, computed once (Compute) and written
@@ -22,7 +35,7 @@ const (
 type Fields struct {
 	// N is how many of F are set.
 	N int
-	F [5]Field
+	F [14]Field
 }
 
 // Field is one header of Fields.
@@ -45,26 +58,91 @@ func (rf *Fields) addSpan(name string, start, end int) {
 	rf.N++
 }
 
-// Compute appends the values of v's decision to buf and returns it, and fills rf in the
-// styles of the policy of v.Show: the IETF draft's RateLimit-Policy and RateLimit structured
-// fields, and the legacy X-RateLimit-Limit/-Remaining/-Reset. The quota is the one that
-// decided: the shared limit, or this replica's share when decided locally. Every reset is
-// Verdict.ResetAfter in seconds, rounded up; a reset with no time (a denial no wait lets
-// pass) leaves out the fields that carry it (RateLimit, X-RateLimit-Reset).
+// addInt appends n to buf as the value of name.
+func (rf *Fields) addInt(buf []byte, name string, n int64) []byte {
+	start := len(buf)
+	buf = strconv.AppendInt(buf, n, 10)
+	rf.addSpan(name, start, len(buf))
+	return buf
+}
+
+// Compute appends the values of v's rate-limit headers to buf and returns it, and fills rf:
+//
+//   - After a denial, the headers of the rule that denied (Show) in its style, and
+//     Retry-After (with retry-after-ms when its policy asks) when a wait lets the request
+//     pass. A rule of style None shows nothing but Retry-After.
+//   - After an admission, the headers of the most constraining rule among those of styles
+//     Draft, Legacy, Both and Draft7, in its style, and OpenAI's -requests and -tokens
+//     families of the most constraining OpenAI-style rule of each.
+//
+// The quota is the one that decided: the shared limit, or this replica's share when decided
+// locally. Every reset is the pick's ResetAfter: in seconds rounded up (X-RateLimit-Reset
+// optionally as a Unix time), in OpenAI's duration format to the millisecond; a reset with no
+// time (a denial no wait lets pass) leaves out the fields that carry it.
 func (rf *Fields) Compute(buf []byte, v *Verdict) []byte {
 	rf.N = 0
-	rule, res := v.Show, &v.Res
+	if v.Show == nil {
+		return buf
+	}
+	if v.Denied {
+		show := Pick{v.Show, v.Lim, v.Res}
+		switch style := v.Show.Style; {
+		case style == policy.HeadersNone:
+		case style != policy.HeadersOpenAI:
+			buf = rf.std(buf, v, show)
+		case v.Show.Tokens:
+			buf = rf.openAI(buf, v.req, false)
+			buf = rf.openAI(buf, show, true)
+		default:
+			buf = rf.openAI(buf, show, false)
+			buf = rf.openAI(buf, v.tok, true)
+		}
+		if d, ok := v.RetryAfter(); ok {
+			buf = rf.addInt(buf, HeaderRetryAfter, config.CeilSeconds(d))
+			if v.Show.Policy.RetryAfterMs {
+				buf = rf.addInt(buf, HeaderRetryAfterMs, d.Milliseconds())
+			}
+		}
+		return buf
+	}
+	buf = rf.std(buf, v, v.std)
+	buf = rf.openAI(buf, v.req, false)
+	return rf.openAI(buf, v.tok, true)
+}
+
+// std appends p's headers in the style of its rule (Draft, Legacy, Both or Draft7).
+func (rf *Fields) std(buf []byte, v *Verdict, p Pick) []byte {
+	rule, res := p.Rule, &p.Res
 	if rule == nil {
 		return buf
 	}
-	p := rule.Policy
-	if !p.Draft && !p.Legacy {
-		return buf
-	}
-	resetD, hasReset := v.ResetAfter()
+	resetD, hasReset := p.ResetAfter()
 	reset := config.CeilSeconds(resetD)
 	shared := !v.Local && res.Limit == rule.Limit.Capacity()
-	if p.Draft {
+	style := rule.Style
+	if style == policy.HeadersDraft7 {
+		if shared {
+			rf.addConst(HeaderRateLimitPolicy, rule.Draft7Policy)
+		} else {
+			start := len(buf)
+			buf = strconv.AppendInt(buf, res.Limit, 10)
+			buf = append(buf, ";w="...)
+			buf = strconv.AppendInt(buf, max(config.CeilSeconds(rule.Limit.Window), 1), 10)
+			rf.addSpan(HeaderRateLimitPolicy, start, len(buf))
+		}
+		if hasReset {
+			start := len(buf)
+			buf = append(buf, "limit="...)
+			buf = strconv.AppendInt(buf, res.Limit, 10)
+			buf = append(buf, ", remaining="...)
+			buf = strconv.AppendInt(buf, res.Remaining, 10)
+			buf = append(buf, ", reset="...)
+			buf = strconv.AppendInt(buf, reset, 10)
+			rf.addSpan(HeaderRateLimit, start, len(buf))
+		}
+		return buf
+	}
+	if style.Draft() || style == "" {
 		if shared {
 			rf.addConst(HeaderRateLimitPolicy, rule.DraftPolicy)
 		} else { // decided locally with this replica's share
@@ -86,36 +164,83 @@ func (rf *Fields) Compute(buf []byte, v *Verdict) []byte {
 			rf.addSpan(HeaderRateLimit, start, len(buf))
 		}
 	}
-	if p.Legacy {
+	if style.Legacy() || style == "" {
 		if shared {
 			rf.addConst(HeaderLegacyLimit, rule.LimitValue)
 		} else {
-			start := len(buf)
-			buf = strconv.AppendInt(buf, res.Limit, 10)
-			rf.addSpan(HeaderLegacyLimit, start, len(buf))
+			buf = rf.addInt(buf, HeaderLegacyLimit, res.Limit)
 		}
-		start := len(buf)
-		buf = strconv.AppendInt(buf, res.Remaining, 10)
-		rf.addSpan(HeaderLegacyRemaining, start, len(buf))
+		buf = rf.addInt(buf, HeaderLegacyRemaining, res.Remaining)
 		if hasReset {
-			start = len(buf)
-			buf = strconv.AppendInt(buf, reset, 10)
-			rf.addSpan(HeaderLegacyReset, start, len(buf))
+			if rule.Policy.UnixReset {
+				reset = (v.At.UnixMilli() + resetD.Milliseconds() + 999) / 1000
+			}
+			buf = rf.addInt(buf, HeaderLegacyReset, reset)
 		}
 	}
 	return buf
 }
 
-// Headers calls add with each rate-limit header of v, in its rule's policy's styles, as the
-// sidecar writes them on its responses, and with Retry-After when v is Denied and a wait lets
-// the request pass: the RLS server's response_headers_to_add. Nothing is added when no rule
-// decided.
+// openAI appends p's headers in OpenAI's -requests family, or -tokens when tokens.
+func (rf *Fields) openAI(buf []byte, p Pick, tokens bool) []byte {
+	if p.Rule == nil {
+		return buf
+	}
+	limit, remaining, reset := HeaderOpenAILimitRequests, HeaderOpenAIRemainingRequests, HeaderOpenAIResetRequests
+	if tokens {
+		limit, remaining, reset = HeaderOpenAILimitTokens, HeaderOpenAIRemainingTokens, HeaderOpenAIResetTokens
+	}
+	buf = rf.addInt(buf, limit, p.Res.Limit)
+	buf = rf.addInt(buf, remaining, p.Res.Remaining)
+	if d, ok := p.ResetAfter(); ok {
+		start := len(buf)
+		buf = AppendDuration(buf, d)
+		rf.addSpan(reset, start, len(buf))
+	}
+	return buf
+}
+
+// AppendDuration appends d, a whole number of milliseconds, in OpenAI's reset format, which is
+// Go's time.Duration.String: "0s", "20ms", "1.05s", "6m0s", "1h2m3.5s".
+func AppendDuration(buf []byte, d time.Duration) []byte {
+	ms := d.Milliseconds()
+	switch {
+	case ms <= 0:
+		return append(buf, "0s"...)
+	case ms < 1000:
+		buf = strconv.AppendInt(buf, ms, 10)
+		return append(buf, "ms"...)
+	}
+	h, m, s, frac := ms/3_600_000, ms/60_000%60, ms/1000%60, ms%1000
+	if h > 0 {
+		buf = strconv.AppendInt(buf, h, 10)
+		buf = append(buf, 'h')
+	}
+	if h > 0 || m > 0 {
+		buf = strconv.AppendInt(buf, m, 10)
+		buf = append(buf, 'm')
+	}
+	buf = strconv.AppendInt(buf, s, 10)
+	if frac > 0 {
+		buf = append(buf, '.', byte('0'+frac/100))
+		if frac%100 > 0 {
+			buf = append(buf, byte('0'+frac/10%10))
+			if frac%10 > 0 {
+				buf = append(buf, byte('0'+frac%10))
+			}
+		}
+	}
+	return append(buf, 's')
+}
+
+// Headers calls add with each header of v that Compute computes, as the sidecar writes them on
+// its responses: the RLS server's response_headers_to_add.
 func (v *Verdict) Headers(add func(name, value string)) {
 	if v.Show == nil {
 		return
 	}
 	var rf Fields
-	var scratch [160]byte
+	var scratch [256]byte
 	buf := rf.Compute(scratch[:0], v)
 	for i := range rf.F[:rf.N] {
 		f := &rf.F[i]
@@ -124,8 +249,5 @@ func (v *Verdict) Headers(add func(name, value string)) {
 		} else {
 			add(f.Name, string(buf[f.Start:f.End]))
 		}
-	}
-	if d, ok := v.RetryAfter(); ok {
-		add(HeaderRetryAfter, strconv.FormatInt(config.CeilSeconds(d), 10))
 	}
 }

@@ -85,7 +85,7 @@ func (d *Decider) Decide(ctx context.Context, r *Request, now time.Time) Verdict
 	}
 	r.res = r.res[:r.n]
 	rules, takes, out, local := d.TakeRequest(ctx, r.pols, r.rules, r.takes, now, r.res)
-	v := Verdict{Outcome: out}
+	v := Verdict{Outcome: out, At: now}
 	if out != Decided {
 		return v
 	}

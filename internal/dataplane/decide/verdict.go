@@ -5,6 +5,7 @@ import (
 
 	"github.com/sluice-dev/sluice/internal/dataplane/config"
 	"github.com/sluice-dev/sluice/internal/limiter"
+	"github.com/sluice-dev/sluice/internal/policy"
 )
 
 // Verdict is a request's decision as a front end renders it: whether it was decided, whether an
@@ -22,6 +23,8 @@ type Verdict struct {
 	Outcome Outcome
 	// Local is true when the local store decided (Redis could not), with this replica's share.
 	Local bool
+	// At is when the request was decided (a Unix-time reset is counted from it).
+	At time.Time
 	// Show is the rule whose numbers the response carries: the enforced rule that denies with
 	// the longest retry (one that never passes before any other) when one denies, else the
 	// decided rule with the least remaining (at a tie an enforced rule before a shadow one,
@@ -36,6 +39,37 @@ type Verdict struct {
 	// Delay is how long an admitted request waits before it is passed on: the longest delay of
 	// its enforced rules; zero when Denied.
 	Delay time.Duration
+	// The rules the headers show, picked as Show is among some of the rules: std among those
+	// whose style is Draft, Legacy, Both or Draft7, req and tok among the OpenAI-style rules
+	// counting requests and tokens (Rule.Tokens). A rule of style None is in none.
+	std, req, tok Pick
+}
+
+// Pick is one rule's decision: the rule, the limit that decided (its shared limit or this
+// replica's share) and the result.
+type Pick struct {
+	Rule *config.Rule
+	Lim  limiter.Limit
+	Res  limiter.Result
+}
+
+// add folds a decision into p, p keeping the one a response reports (see Verdict.Show).
+func (p *Pick) add(rule *config.Rule, lim limiter.Limit, res limiter.Result) {
+	deny := !res.Allowed && !rule.Shadow
+	curDeny := p.Rule != nil && !p.Res.Allowed && !p.Rule.Shadow
+	switch {
+	case deny:
+		if !curDeny || later(res, p.Res) {
+			*p = Pick{rule, lim, res}
+		}
+	case curDeny:
+	case p.Rule == nil || res.Remaining < p.Res.Remaining ||
+		(res.Remaining == p.Res.Remaining && p.Rule.Shadow && !rule.Shadow) ||
+		(res.Remaining == p.Res.Remaining && p.Rule.Shadow == rule.Shadow && lastReset(resetOf(lim, res), resetOf(p.Lim, p.Res))):
+		// At a tie the latest reset: the request's remaining grows only when every rule's
+		// that has that few has grown.
+		*p = Pick{rule, lim, res}
+	}
 }
 
 // Add folds rule's decision res, made under lim (the rule's limit or this replica's share of
@@ -45,24 +79,24 @@ func (v *Verdict) Add(rule *config.Rule, lim limiter.Limit, res limiter.Result) 
 	if !res.Allowed {
 		res.Remaining = 0 // what this request may still spend: nothing
 	}
-	enforcedDeny := !res.Allowed && !rule.Shadow
-	switch {
-	case enforcedDeny:
-		if !v.Denied || later(res, v.Res) {
-			v.Show, v.Lim, v.Res = rule, lim, res
-		}
+	show := Pick{v.Show, v.Lim, v.Res}
+	show.add(rule, lim, res)
+	v.Show, v.Lim, v.Res = show.Rule, show.Lim, show.Res
+	if !res.Allowed && !rule.Shadow {
 		v.Denied = true
 		v.Delay = 0
-	case v.Denied:
-	case v.Show == nil || res.Remaining < v.Res.Remaining ||
-		(res.Remaining == v.Res.Remaining && v.Show.Shadow && !rule.Shadow) ||
-		(res.Remaining == v.Res.Remaining && v.Show.Shadow == rule.Shadow && lastReset(resetOf(lim, res), resetOf(v.Lim, v.Res))):
-		// At a tie the latest reset: the request's remaining grows only when every rule's
-		// that has that few has grown.
-		v.Show, v.Lim, v.Res = rule, lim, res
 	}
 	if !v.Denied && res.Allowed && !rule.Shadow && res.Delay > v.Delay {
 		v.Delay = res.Delay
+	}
+	switch {
+	case rule.Style == policy.HeadersNone:
+	case rule.Style == policy.HeadersOpenAI && rule.Tokens:
+		v.tok.add(rule, lim, res)
+	case rule.Style == policy.HeadersOpenAI:
+		v.req.add(rule, lim, res)
+	default:
+		v.std.add(rule, lim, res)
 	}
 }
 
@@ -104,7 +138,12 @@ func (v *Verdict) ResetAfter() (d time.Duration, ok bool) {
 	if v.Show == nil {
 		return 0, false
 	}
-	d = resetOf(v.Lim, v.Res)
+	return Pick{v.Show, v.Lim, v.Res}.ResetAfter()
+}
+
+// ResetAfter is Verdict.ResetAfter of one rule's decision.
+func (p Pick) ResetAfter() (d time.Duration, ok bool) {
+	d = resetOf(p.Lim, p.Res)
 	return d, d >= 0
 }
 
