@@ -72,6 +72,11 @@ func responseCost(field string, minimum ...int64) func(*v1alpha1.RateLimitPolicy
 	})
 }
 
+// body sets the policy's response body.
+func body(b v1alpha1.BodySpec) func(*v1alpha1.RateLimitPolicy) {
+	return func(p *v1alpha1.RateLimitPolicy) { p.Spec.Response = &v1alpha1.ResponseSpec{Body: &b} }
+}
+
 func queue(maxDelay string) func(*v1alpha1.RateLimitPolicy) {
 	return rule0(func(r *v1alpha1.Rule) {
 		r.Algorithm = v1alpha1.LeakyBucket
@@ -348,6 +353,14 @@ var _ = Describe("RateLimitPolicy validation", func() {
 			domainOnly(p)
 			responseCost("usage.total_tokens")(p)
 		}, "spec.rules[0].responseCost", "cannot use responseCost: Envoy's rate limit service never sees the response"),
+		Entry("body format Template without a template", body(v1alpha1.BodySpec{Format: v1alpha1.BodyTemplate}),
+			"spec.response.body", "template is required with format Template and applies only to it"),
+		Entry("a template with format JSON", body(v1alpha1.BodySpec{Format: v1alpha1.BodyJSON, Template: "{{.Message}}"}),
+			"spec.response.body", "template is required with format Template and applies only to it"),
+		Entry("a contentType with format Text", body(v1alpha1.BodySpec{Format: v1alpha1.BodyText, ContentType: "text/html"}),
+			"spec.response.body", "contentType applies only to format Template"),
+		Entry("a contentType that is no media type", body(v1alpha1.BodySpec{Format: v1alpha1.BodyTemplate, Template: "x", ContentType: "plain text"}),
+			"spec.response.body.contentType", "must be a media type"),
 	)
 
 	DescribeTable("accepts valid policies, online and offline",
@@ -416,6 +429,17 @@ var _ = Describe("RateLimitPolicy validation", func() {
 		}),
 		Entry("a weekly calendar quota in the default zone", calendar(v1alpha1.Week, "")),
 		Entry("a daily calendar quota in America/Argentina/Buenos_Aires", calendar(v1alpha1.Day, "America/Argentina/Buenos_Aires")),
+		Entry("OpenAI headers and body with retry-after-ms, a token rule", func(p *v1alpha1.RateLimitPolicy) {
+			responseCost("usage.total_tokens")(p)
+			p.Spec.Response = &v1alpha1.ResponseSpec{Headers: v1alpha1.HeadersOpenAI, RetryAfterMs: true,
+				Body: &v1alpha1.BodySpec{Format: v1alpha1.BodyOpenAI}}
+		}),
+		Entry("Draft7 headers, a rule hidden, Unix-time resets", func(p *v1alpha1.RateLimitPolicy) {
+			p.Spec.Response = &v1alpha1.ResponseSpec{Headers: v1alpha1.HeadersDraft7, LegacyReset: v1alpha1.ResetUnixTime}
+			rule0(func(r *v1alpha1.Rule) { r.Headers = v1alpha1.HeadersNone })(p)
+		}),
+		Entry("a template body", body(v1alpha1.BodySpec{Format: v1alpha1.BodyTemplate, ContentType: "application/problem+json; charset=utf-8",
+			Template: `{"status":{{.Status}},"detail":{{json .Message}},"retry_after_ms":{{.RetryAfterMs}}}`})),
 		Entry("every key source and match", func(p *v1alpha1.RateLimitPolicy) {
 			p.Spec.TrustedProxies = []v1alpha1.CIDR{"198.18.0.0/15", "fd00::/8", "203.0.113.7/32"}
 			p.Spec.FailureMode = v1alpha1.FailureClosed
@@ -449,6 +473,15 @@ var _ = Describe("RateLimitPolicy validation", func() {
 			g.Expect(accepted.Message).To(ContainSubstring(`countWhen.statusCodes[0]: 499-400 is not a status code from 100 to 599`))
 		}).Should(Succeed())
 
+		Expect(k8sClient.Create(ctx, newPolicy(ns, "bad-template", body(v1alpha1.BodySpec{Format: v1alpha1.BodyTemplate, Template: "{{.Retry}}"}),
+			rule0(func(r *v1alpha1.Rule) { r.Name = "templated" })))).To(Succeed())
+		Eventually(func(g Gomega) {
+			_, accepted, _ := status(g, ctx, ns, "bad-template")
+			g.Expect(accepted.Status).To(Equal(metav1.ConditionFalse))
+			g.Expect(accepted.Message).To(ContainSubstring(`response.body.template: `))
+			g.Expect(accepted.Message).To(ContainSubstring(`can't evaluate field Retry`))
+		}).Should(Succeed())
+
 		Expect(k8sClient.Create(ctx, newPolicy(ns, "nowhere", calendar(v1alpha1.Day, "Europe/Nowhere"),
 			rule0(func(r *v1alpha1.Rule) { r.Name = "daily" })))).To(Succeed())
 		Eventually(func(g Gomega) {
@@ -464,7 +497,7 @@ var _ = Describe("RateLimitPolicy validation", func() {
 		p.Spec.Rules[0].LeakyBucket.MaxDelay = nil
 		Expect(k8sClient.Create(ctx, p)).To(Succeed())
 		Expect(p.Spec.FailureMode).To(Equal(v1alpha1.FailureLocal))
-		Expect(p.Spec.Response).To(Equal(&v1alpha1.ResponseSpec{StatusCode: 429, Headers: v1alpha1.HeadersBoth}))
+		Expect(p.Spec.Response).To(Equal(&v1alpha1.ResponseSpec{StatusCode: 429, Headers: v1alpha1.HeadersBoth, LegacyReset: v1alpha1.ResetSeconds}))
 		Expect(p.Spec.Rules[0].Mode).To(Equal(v1alpha1.Enforce))
 		Expect(p.Spec.Rules[0].LeakyBucket.Mode).To(Equal(v1alpha1.Meter))
 	})
