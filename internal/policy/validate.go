@@ -68,7 +68,7 @@ func (p Policy) Validate() error {
 		return errors.New("no rules")
 	}
 	for _, r := range p.Rules {
-		if err := errors.Join(r.validate(), r.Match.validate()); err != nil {
+		if err := errors.Join(r.validate(), r.Match.validate(), r.validateHeaders()); err != nil {
 			return fmt.Errorf("rule %s: %w", r.Name, err)
 		}
 		if r.Descriptor() && p.Domain == "" {
@@ -110,9 +110,6 @@ func (r Rule) validateResponseCost() error {
 }
 
 func (r Rule) validate() error {
-	if r.Headers != "" && !r.Headers.Valid() {
-		return fmt.Errorf("headers %q is not %s", r.Headers, styles)
-	}
 	if c := r.Calendar; c != nil {
 		if r.WindowMs != 0 {
 			return errors.New("calendar and windowMs are both set")
@@ -219,6 +216,13 @@ func (r Response) validate() error {
 		default:
 			return fmt.Errorf("response.body.format %q is not JSON, OpenAI, Text or Template", b.Format)
 		}
+	}
+	return nil
+}
+
+func (r Rule) validateHeaders() error {
+	if r.Headers != "" && !r.Headers.Valid() {
+		return fmt.Errorf("headers %q is not %s", r.Headers, styles)
 	}
 	return nil
 }

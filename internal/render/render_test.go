@@ -1,9 +1,9 @@
 package render
 
 import (
-	"cmp"
 	"k8s.io/apimachinery/pkg/util/intstr"
 
+	"cmp"
 	"encoding/json"
 	"fmt"
 	"math/rand/v2"

@@ -24,9 +24,9 @@ const (
 	HeaderOpenAILimitRequests     = "X-Ratelimit-Limit-Requests"
 	HeaderOpenAIRemainingRequests = "X-Ratelimit-Remaining-Requests"
 	HeaderOpenAIResetRequests     = "X-Ratelimit-Reset-Requests"
-	HeaderOpenAILimitTokens       = "X-Ratelimit-Limit-Tokens"
-	HeaderOpenAIRemainingTokens   = "X-Ratelimit-Remaining-Tokens"
-	HeaderOpenAIResetTokens       = "X-Ratelimit-Reset-Tokens"
+	HeaderOpenAILimitTokens       = "X-Ratelimit-Limit-Tokens"     //nolint:gosec // a header name, not a credential
+	HeaderOpenAIRemainingTokens   = "X-Ratelimit-Remaining-Tokens" //nolint:gosec // a header name, not a credential
+	HeaderOpenAIResetTokens       = "X-Ratelimit-Reset-Tokens"     //nolint:gosec // a header name, not a credential
 )
 
 // Fields are the rate-limit header fields of one decision, computed once (Compute) and written
