@@ -95,9 +95,9 @@ func TestResetIsTheNextRequest(t *testing.T) {
 		}, 0, false},
 		"queue, delayed": {queue, func(now int64) limiter.Result {
 			var s limiter.LeakyBucketState
-			s.Take(queue, 3, now)
-			return s.Take(queue, 1, now) // level 4 s of work, MaxDelay 2 s: remaining 0 until it leaks to 2 s
-		}, 2 * time.Second, true},
+			s.Take(queue, 2, now)
+			return s.Take(queue, 1, now) // admitted after 2 s; 3 s of work queued, MaxDelay 2 s: none remaining for 1 s
+		}, time.Second, true},
 		"fixed window": {fw, func(now int64) limiter.Result {
 			var s limiter.FixedWindowState
 			return s.Take(fw, 1, now+15_000) // remaining 2, grows at the window's end
