@@ -516,3 +516,47 @@ func TestSecondReplicaSpendsItsBurstShare(t *testing.T) {
 		t.Fatalf("a replica without a share sends a reset: %v", resp)
 	}
 }
+
+// TestHiddenDescriptorRule: Envoy's headers follow each rule's style: an admitted request shows
+// the visible quota, a denial by a rule of style None adds only Retry-After (and
+// retry-after-ms, which the policy asks for), and the status still says OVER_LIMIT with nothing
+// remaining.
+func TestHiddenDescriptorRule(t *testing.T) {
+	e := newTruthEnv(t)
+	rule := func(name string, limit int64, style policy.HeaderStyle) policy.Rule {
+		return policy.Rule{Name: name, Algorithm: "FixedWindow", Limit: limit, WindowMs: 60_000, Cost: 1, Mode: policy.Enforce, Headers: style,
+			Match: &policy.Match{Descriptors: []policy.DescriptorEntry{{Key: "generic_key", Value: "d0"}}},
+			Key:   []policy.KeyPart{{Source: policy.SourceDescriptor, Name: "generic_key"}}}
+	}
+	p := policy.Policy{Name: "edge", Domain: "edge", Replicas: 1, FailureMode: policy.FailureLocal,
+		Response: policy.Response{StatusCode: 429, Headers: policy.HeadersDraft7, RetryAfterMs: true},
+		Rules:    []policy.Rule{rule("quota", 100, ""), rule("guard", 1, policy.HeadersNone)}}
+	doc := &policy.Document{Version: policy.Version, Namespace: "truth", Policies: []policy.Policy{p}}
+	m := metrics.New()
+	cfg, err := config.CompileDomains(doc, "", m)
+	if err != nil {
+		t.Fatal(err)
+	}
+	clk := clocktesting.NewFakeClock(time.UnixMilli(1_800_000_000_000))
+	d := decide.New(decide.Options{Remote: e.shared, Local: limiter.NewMemoryStore(limiter.MemoryStoreOptions{}), Metrics: m, Clock: clk,
+		Breaker: breaker.New(breaker.Options{Clock: clk})})
+	tr := &truthTrace{t: t, mode: viaRedis, clk: clk, d: d, what: "hidden",
+		srv: rls.New(rls.Options{Config: func() *config.Config { return cfg }, Decider: d, Metrics: m, Clock: clk})}
+	req := rlsRequest(map[int]uint64{0: 1})
+
+	resp, _ := tr.ask(req)
+	if v, _ := header(resp, decide.HeaderRateLimit); resp.GetOverallCode() != ok || v != "limit=100, remaining=99, reset=60" {
+		t.Fatalf("admitted: RateLimit %q: %v", v, resp)
+	}
+	resp, _ = tr.ask(req)
+	if resp.GetOverallCode() != over || resp.GetStatuses()[0].GetLimitRemaining() != 0 {
+		t.Fatalf("denied by the guard: %v", resp)
+	}
+	var names []string
+	for _, h := range resp.GetResponseHeadersToAdd() {
+		names = append(names, h.GetKey()+": "+h.GetValue())
+	}
+	if fmt.Sprint(names) != "[Retry-After: 60 Retry-After-Ms: 60000]" {
+		t.Errorf("the guard's denial adds %v, want Retry-After and retry-after-ms alone", names)
+	}
+}
