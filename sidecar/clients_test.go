@@ -128,7 +128,8 @@ func llmUpstream(t *testing.T, tokens int) string {
 }
 
 // sidecarWith starts a sidecar with a real redis-server in front of upstream, deciding by
-// policies.
+// policies. Its Redis timeout is long: a loaded machine must not send a decision to the local
+// share, whose answers these tests do not expect.
 func sidecarWith(t *testing.T, upstream string, policies ...policy.Policy) *sidecar {
 	t.Helper()
 	redis := redisserver.StartTest(t)
@@ -136,7 +137,7 @@ func sidecarWith(t *testing.T, upstream string, policies ...policy.Policy) *side
 	if err := os.WriteFile(cfg, st.Doc(t, policies...), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	return launchSidecar(t, upstream, cfg, "--redis-url", redis.URL())
+	return launchSidecar(t, upstream, cfg, "--redis-url", redis.URL(), "--redis-timeout", "5s")
 }
 
 // onPath makes a rule match the requests under prefix.
