@@ -31,8 +31,6 @@ type decision struct {
 	// v is the decision whose numbers the response carries; v.Show is nil when no rule
 	// decided the request.
 	v decide.Verdict
-	// now is the instant the request was decided at (reset_at of a denial).
-	now time.Time
 	// delay is how long a passed request waits (LeakyBucket Queue) before it is proxied.
 	delay time.Duration
 	// late are the charges a passed request owes once its response is known (countWhen);
@@ -113,11 +111,11 @@ func (h *Handler) decide(ctx context.Context, cfg *config.Config, req *keys.Requ
 	switch v.Outcome {
 	case decide.Unavailable:
 		h.opts.Metrics.DecisionSeconds.Observe(h.opts.Clock.Since(now).Seconds())
-		return decision{action: refuse, now: now}
+		return decision{action: refuse}
 	case decide.Canceled:
-		return decision{action: abandon, now: now}
+		return decision{action: abandon}
 	}
-	d := decision{action: pass, v: v, now: now, delay: v.Delay}
+	d := decision{action: pass, v: v, delay: v.Delay}
 	if v.Denied {
 		d.action = deny
 	} else if v.Outcome == decide.Decided {
