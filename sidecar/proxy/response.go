@@ -15,9 +15,6 @@ import (
 	"github.com/sluice-dev/sluice/internal/policy"
 )
 
-// hRetryAfter is Retry-After in canonical form, assigned directly to the header map.
-const hRetryAfter = decide.HeaderRetryAfter
-
 // setHeaders writes the rate-limit headers of v (see decide.Fields.Compute) into an
 // http.Header.
 //
@@ -171,10 +168,10 @@ func writeDeniedFast(ctx *fasthttp.RequestCtx, v *decide.Verdict) {
 
 var unavailableBody = []byte(`{"error":"rate_limiter_unavailable","message":"The rate limiter cannot decide and the policy fails closed; retry later."}`)
 
-// writeUnavailable answers 503 while a policy whose failure mode is Closed cannot decide.
+// writeUnavailable answers 503 while a policy whose failure mode is Closed cannot decide. It
+// carries no Retry-After: the request passes once Redis answers again, which no one knows when.
 func writeUnavailable(w http.ResponseWriter) {
 	hd := w.Header()
-	hd[hRetryAfter] = []string{"1"}
 	hd["Content-Type"] = []string{"application/json"}
 	hd["Content-Length"] = []string{strconv.Itoa(len(unavailableBody))}
 	hd["Cache-Control"] = []string{"no-store"}
@@ -185,7 +182,6 @@ func writeUnavailable(w http.ResponseWriter) {
 // writeUnavailableFast is writeUnavailable for a fasthttp request.
 func writeUnavailableFast(ctx *fasthttp.RequestCtx) {
 	hd := &ctx.Response.Header
-	hd.Set(hRetryAfter, "1")
 	hd.SetContentType("application/json")
 	hd.Set("Cache-Control", "no-store")
 	ctx.SetStatusCode(http.StatusServiceUnavailable)
