@@ -372,6 +372,90 @@ func TestHiddenRule(t *testing.T) {
 	}
 }
 
+// npmPackage installs the npm package name@version (hack/ensure-npm-package.sh) and returns its
+// node_modules directory, or skips the test, saying why, when it cannot be installed.
+func npmPackage(t *testing.T, name, version string) string {
+	t.Helper()
+	out, err := exec.Command(filepath.Join("..", "hack", "ensure-npm-package.sh"), name, version).Output()
+	if err != nil {
+		t.Skipf("%s %s cannot be installed (node, npm or the npm registry unavailable): %v", name, version, err)
+	}
+	return filepath.Join(strings.TrimSpace(string(out)), "node_modules")
+}
+
+// node runs the script of hack/ with modules on NODE_PATH, stdin and args, and returns its
+// output.
+func node(t *testing.T, modules string, stdin []byte, script string, args ...string) []byte {
+	t.Helper()
+	cmd := exec.Command("node", append([]string{filepath.Join("..", "hack", script)}, args...)...)
+	cmd.Env = append(os.Environ(), "NODE_PATH="+modules)
+	cmd.Stdin = bytes.NewReader(stdin)
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	out, err := cmd.Output()
+	if err != nil {
+		t.Fatalf("node %s: %v\n%s", script, err, stderr.String())
+	}
+	return out
+}
+
+// TestOpenAINodeSDKWaitsRetryAfterMs runs OpenAI's own Node SDK (npm openai) against a sidecar in
+// front of an OpenAI-compatible upstream: a denied completion is retried after exactly the
+// retry-after-ms the sidecar sent (under a second, where Retry-After says 1) and then passes,
+// and a client without retries gets a RateLimitError whose code is rate_limit_exceeded.
+func TestOpenAINodeSDKWaitsRetryAfterMs(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds the binary and runs node")
+	}
+	modules := npmPackage(t, "openai", "6.30.1")
+	s := sidecarWith(t, llmUpstream(t, 10), st.Policy("llm", []policy.Rule{
+		st.Rule("requests", 1, 800*time.Millisecond, onPath("/v1/chat/")),
+	}, func(p *policy.Policy) {
+		p.Response = policy.Response{StatusCode: 429, Headers: policy.HeadersOpenAI, RetryAfterMs: true,
+			Body: &policy.Body{Format: policy.BodyOpenAI}}
+	}))
+	var got struct {
+		Calls [][]struct {
+			Status       int
+			RetryAfterMs *string
+			RetryAfter   *string
+		}
+		Sleeps []float64
+		Error  *struct {
+			Class      string
+			RateLimit  bool
+			Status     int
+			Code, Type string
+		}
+	}
+	out := node(t, modules, nil, "openai-node/retry.cjs", s.URL()+"/v1")
+	if err := json.Unmarshal(out, &got); err != nil {
+		t.Fatalf("%s: %v", out, err)
+	}
+	var waits []float64
+	for i, call := range got.Calls {
+		if last := call[len(call)-1]; last.Status != 200 {
+			t.Errorf("call %d ended with %d: %+v", i, last.Status, call)
+		}
+		for _, r := range call[:len(call)-1] {
+			if r.Status != 429 || r.RetryAfterMs == nil || r.RetryAfter == nil || *r.RetryAfter != "1" {
+				t.Fatalf("call %d: a retried response %+v, want a 429 with retry-after-ms and Retry-After 1", i, r)
+			}
+			ms, err := strconv.ParseFloat(*r.RetryAfterMs, 64)
+			if err != nil || ms <= 0 || ms >= 1000 {
+				t.Fatalf("call %d: retry-after-ms %q", i, *r.RetryAfterMs)
+			}
+			waits = append(waits, ms)
+		}
+	}
+	if len(waits) == 0 || fmt.Sprint(got.Sleeps) != fmt.Sprint(waits) {
+		t.Errorf("the SDK waited %v ms; the sidecar said retry-after-ms %v (calls %+v)", got.Sleeps, waits, got.Calls)
+	}
+	if e := got.Error; e == nil || !e.RateLimit || e.Class != "RateLimitError" || e.Status != 429 || e.Code != "rate_limit_exceeded" || e.Type != "requests" {
+		t.Errorf("without retries the SDK raised %+v", got.Error)
+	}
+}
+
 // TestHeaderParserReadsEachStyle runs the npm package ratelimit-header-parser (the parser of
 // express-rate-limit's authors) on the headers the sidecar sends in the styles it reads: Draft7
 // (the combined RateLimit field) and Legacy (X-RateLimit-*, the reset as seconds or as a Unix
@@ -381,11 +465,7 @@ func TestHeaderParserReadsEachStyle(t *testing.T) {
 	if testing.Short() {
 		t.Skip("builds the binary and runs node")
 	}
-	out, err := exec.Command(filepath.Join("..", "hack", "ensure-ratelimit-header-parser.sh")).Output()
-	if err != nil {
-		t.Skipf("ratelimit-header-parser cannot be installed (node, npm or the npm registry unavailable): %v", err)
-	}
-	modules := filepath.Join(strings.TrimSpace(string(out)), "node_modules")
+	modules := npmPackage(t, "ratelimit-header-parser", "0.1.0")
 
 	style := func(name string, h policy.HeaderStyle, reset policy.ResetFormat) policy.Policy {
 		return st.Policy(name, []policy.Rule{st.Rule("per-client", 3, time.Hour, onPath("/"+name))}, func(p *policy.Policy) {
@@ -458,15 +538,7 @@ func TestHeaderParserReadsEachStyle(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	cmd := exec.Command("node", filepath.Join("..", "hack", "ratelimit-header-parser", "parse.cjs"))
-	cmd.Env = append(os.Environ(), "NODE_PATH="+modules)
-	cmd.Stdin = bytes.NewReader(in)
-	var stderr bytes.Buffer
-	cmd.Stderr = &stderr
-	parsedJSON, err := cmd.Output()
-	if err != nil {
-		t.Fatalf("node: %v\n%s", err, stderr.String())
-	}
+	parsedJSON := node(t, modules, in, filepath.Join("ratelimit-header-parser", "parse.cjs"))
 	var parsed []*struct {
 		Limit, Remaining float64
 		Reset, Now       *float64
