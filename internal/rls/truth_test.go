@@ -76,7 +76,7 @@ func newTruthEnv(t *testing.T) *truthEnv {
 	}
 	t.Cleanup(func() { _ = deadClient.Close() })
 	e := &truthEnv{
-		seen:   map[string]int{},
+		seen: map[string]int{},
 		// A loaded machine must not make a live Redis look down: the traces of mode viaRedis
 		// expect it to decide.
 		shared: redisstore.New(client, redisstore.Options{Timeout: proc.Patience, ExplicitTime: true}),
