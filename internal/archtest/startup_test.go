@@ -8,6 +8,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/sluice-dev/sluice/internal/testutil/proc"
 )
 
 // TestStartupRefusesBadArguments runs each binary with a stray argument, an unknown flag and
@@ -51,6 +53,7 @@ func TestStartupRefusesBadArguments(t *testing.T) {
 			cmd.Env = []string{"PATH=/usr/bin:/bin", "HOME=" + t.TempDir(), "KUBECONFIG=/nonexistent"}
 			var stderr bytes.Buffer
 			cmd.Stderr = &stderr
+			proc.Own(cmd)
 			if err := cmd.Start(); err != nil {
 				t.Fatal(err)
 			}
@@ -62,10 +65,10 @@ func TestStartupRefusesBadArguments(t *testing.T) {
 				if !errors.As(err, &exit) {
 					t.Fatalf("%s %q exited 0, want a refusal; stderr:\n%s", tc.binary, tc.args, stderr.String())
 				}
-			case <-time.After(20 * time.Second):
+			case <-time.After(proc.Patience):
 				_ = cmd.Process.Kill()
-				<-done
-				t.Fatalf("%s %q started instead of refusing its arguments; stderr:\n%s", tc.binary, tc.args, stderr.String())
+				err := <-done
+				t.Fatalf("%s %q started instead of refusing its arguments (killed: %v); stderr:\n%s", tc.binary, tc.args, err, stderr.String())
 			}
 			if !strings.Contains(stderr.String(), tc.want) {
 				t.Errorf("%s %q: stderr does not name %q:\n%s", tc.binary, tc.args, tc.want, stderr.String())
