@@ -199,7 +199,7 @@ func writeArchive(path string, ref name.Tag, img v1.Image) error {
 		return err
 	}
 	if err := lp.AppendImage(img, layout.WithAnnotations(map[string]string{
-		"io.containerd.image.name":         ref.String(),
+		"io.containerd.image.name":          ref.String(),
 		"org.opencontainers.image.ref.name": ref.TagStr(),
 	})); err != nil {
 		return err
