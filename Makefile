@@ -33,8 +33,9 @@ generate: controller-gen ## Generate DeepCopy methods.
 	$(CONTROLLER_GEN) object:headerFile="hack/boilerplate.go.txt" paths="./..."
 
 .PHONY: fmt
-fmt: ## go fmt.
+fmt: ## go fmt (and gofmt of hack/images, a module of its own).
 	go fmt ./...
+	gofmt -l -w hack/images
 
 .PHONY: vet
 vet: ## go vet.
