@@ -109,7 +109,7 @@ func (s *Server) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitReques
 	defer func() { rq.Release(); sc.reset(); pool.Put(sc) }()
 	for i, d := range descs {
 		entries := d.GetEntries()
-		n := hits(req.GetHitsAddend(), d)
+		n, check := hits(req.GetHitsAddend(), d)
 		if n == 0 {
 			continue // a negative (refunding) descriptor: not supported, answered OK
 		}
@@ -119,7 +119,7 @@ func (s *Server) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitReques
 			}
 			start := len(rq.Key)
 			rq.Key = r.Key.AppendDescriptor(rq.Key, func(k string) string { return entryValue(entries, k) })
-			rq.Add(r.Policy, r, string(rq.Key[start:]), n, false)
+			rq.Add(r.Policy, r, string(rq.Key[start:]), n, check)
 			sc.descs = append(sc.descs, i)
 			sc.rules = append(sc.rules, r)
 		}
@@ -146,7 +146,13 @@ func (s *Server) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitReques
 		if j == len(decided) || decided[j] != rule {
 			continue // an Open policy's rule, dropped while Redis is down
 		}
-		per[sc.descs[k]].Add(rule, takes[j].Limit, res[j])
+		r := res[j]
+		if r.Allowed && (all.Denied || takes[j].Check) {
+			// Not charged (another descriptor denied the request, or a check): its status
+			// tells the state the request left, not the one a charge would have.
+			r.Remaining = min(r.Remaining+takes[j].N, r.Limit)
+		}
+		per[sc.descs[k]].Add(rule, takes[j].Limit, r)
 		j++
 	}
 	for i, v := range per {
@@ -170,17 +176,22 @@ func (s *Server) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitReques
 	return resp, nil
 }
 
-// hits is a descriptor's cost: its hits_addend when set, else the request's, 1 for 0; 0 for
-// a descriptor of negative hits.
-func hits(request uint32, d *rlsv3common.RateLimitDescriptor) int64 {
+// hits is a descriptor's cost and whether it only checks: its hits_addend when set, else the
+// request's (1 for 0). A descriptor's own hits_addend of 0 asks whether the limit still has
+// room, charging nothing: it is decided as a check of one unit (OVER_LIMIT when not even one
+// more hit would pass). n is 0 for a descriptor of negative hits.
+func hits(request uint32, d *rlsv3common.RateLimitDescriptor) (n int64, check bool) {
 	if d.GetIsNegativeHits() {
-		return 0
+		return 0, false
 	}
-	n := uint64(request)
+	u := uint64(request)
 	if h := d.GetHitsAddend(); h != nil {
-		n = h.GetValue()
+		if h.GetValue() == 0 {
+			return 1, true
+		}
+		u = h.GetValue()
 	}
-	return int64(min(max(n, 1), uint64(maxCost)))
+	return int64(min(max(u, 1), uint64(maxCost))), false
 }
 
 func entryValue(entries []*rlsv3common.RateLimitDescriptor_Entry, key string) string {

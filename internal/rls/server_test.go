@@ -245,12 +245,35 @@ func TestSemantics(t *testing.T) {
 	}
 
 	// Over when any descriptor is; nothing charged then (all or nothing).
+	// The descriptor that had room tells the state the request left it in: uncharged, 2 of 2.
 	resp = s.ask(t, "edge", 0, ip("10.0.0.4", 0), checkout, desc(0, "generic_key", "other"))
 	if resp.OverallCode != over || resp.Statuses[0].Code != ok || resp.Statuses[1].Code != over || resp.Statuses[2].Code != ok || resp.Statuses[2].CurrentLimit != nil {
 		t.Fatalf("one descriptor over: %v", resp)
 	}
+	if got := resp.Statuses[0].LimitRemaining; got != 2 {
+		t.Fatalf("one descriptor over: the other reports %d remaining, want 2 (it was not charged)", got)
+	}
 	if resp := s.ask(t, "edge", 2, ip("10.0.0.4", 0)); resp.OverallCode != ok || resp.Statuses[0].LimitRemaining != 0 {
 		t.Fatalf("10.0.0.4 was charged by a request another descriptor denied: %v", resp)
+	}
+
+	// A descriptor's own hits_addend of 0 checks without charging: OK while one more hit
+	// would pass, with the remaining it leaves (all of it), OVER_LIMIT once none would.
+	check := func(a string) *rlsv3common.RateLimitDescriptor {
+		d := ip(a, 0)
+		d.HitsAddend = wrapperspb.UInt64(0)
+		return d
+	}
+	for i := range 3 {
+		if resp := s.ask(t, "edge", 5, check("10.0.0.5")); resp.OverallCode != ok || resp.Statuses[0].LimitRemaining != 2 {
+			t.Fatalf("check %d of an unused key: %v, want OK with 2 remaining", i+1, resp)
+		}
+	}
+	if resp := s.ask(t, "edge", 2, ip("10.0.0.5", 0)); resp.OverallCode != ok || resp.Statuses[0].LimitRemaining != 0 {
+		t.Fatalf("2 of 2 after the checks: %v (a check charged)", resp)
+	}
+	if resp := s.ask(t, "edge", 0, check("10.0.0.5")); resp.OverallCode != over || resp.Statuses[0].LimitRemaining != 0 || resp.Statuses[0].DurationUntilReset == nil {
+		t.Fatalf("a check of a spent key: %v, want OVER_LIMIT with a reset", resp)
 	}
 
 	// Shadow answers OK and counts its would-be denials.
