@@ -25,6 +25,7 @@ import (
 	"github.com/sluice-dev/sluice/internal/rls"
 	"github.com/sluice-dev/sluice/internal/testutil/proc"
 	"github.com/sluice-dev/sluice/internal/testutil/redisserver"
+	"github.com/sluice-dev/sluice/internal/testutil/sidecartest"
 )
 
 // This file checks, over random policies, replica counts and traces, that every answer tells
@@ -90,22 +91,9 @@ func newTruthEnv(t *testing.T) *truthEnv {
 // descriptor may match several rules), served by replica podName of a random fleet: ranked,
 // unnamed, or not listed. queue allows LeakyBucket Queue rules (not over RLS).
 func randomPolicy(rng *rand.Rand, name string, queue bool) (p policy.Policy, podName string) {
-	n := 1 + rng.IntN(5)
 	p = policy.Policy{Name: name, Domain: "edge", FailureMode: policy.FailureLocal,
 		Response: policy.Response{StatusCode: 429, Headers: policy.HeadersBoth}}
-	switch x := rng.IntN(10); {
-	case x < 6: // ranked
-		for i := range n {
-			p.Pods = append(p.Pods, "pod-"+strconv.Itoa(i))
-		}
-		podName = p.Pods[rng.IntN(n)]
-	case x < 9: // unnamed
-		p.Replicas = int32(n)
-	default: // not listed
-		p.Pods = []string{"pod-0"}
-		podName = "pod-9"
-	}
-	p.Replicas = max(p.Replicas, int32(len(p.Pods)))
+	podName = sidecartest.RandomFleet(rng, &p)
 	switch rng.IntN(10) {
 	case 0:
 		p.FailureMode = policy.FailureOpen

@@ -68,21 +68,7 @@ func randomHTTPPolicy(rng *rand.Rand, name string) (p policy.Policy, podName str
 	}
 	p = st.Policy(name, rules, func(p *policy.Policy) {
 		p.Response.RetryAfterMs = true
-		n := 1 + rng.IntN(5)
-		switch x := rng.IntN(10); {
-		case x < 6: // ranked
-			p.Pods = nil
-			for i := range n {
-				p.Pods = append(p.Pods, "pod-"+strconv.Itoa(i))
-			}
-			podName = p.Pods[rng.IntN(n)]
-		case x < 9: // unnamed
-			p.Replicas = int32(n)
-		default: // not listed
-			p.Pods = []string{"pod-0"}
-			podName = "pod-9"
-		}
-		p.Replicas = max(p.Replicas, int32(len(p.Pods)))
+		podName = st.RandomFleet(rng, p)
 		if rng.IntN(10) == 0 {
 			p.FailureMode = policy.FailureOpen
 		}

@@ -1,0 +1,32 @@
+package sidecartest
+
+import (
+	"math/rand/v2"
+	"strconv"
+
+	"github.com/sluice-dev/sluice/internal/policy"
+)
+
+// RandomFleet gives p a random fleet of 1 to 5 replicas and returns the name of the replica a
+// test plays: ranked (p.Pods lists the fleet and the replica is one of them), unnamed
+// (p.Replicas only, each replica holds the unnamed share; the name is empty) or not listed
+// (the replica is not among p.Pods, so it holds no share). Property tests of the answers
+// draw it for each trace.
+func RandomFleet(rng *rand.Rand, p *policy.Policy) (podName string) {
+	n := 1 + rng.IntN(5)
+	p.Pods, p.Replicas = nil, 0
+	switch x := rng.IntN(10); {
+	case x < 6: // ranked
+		for i := range n {
+			p.Pods = append(p.Pods, "pod-"+strconv.Itoa(i))
+		}
+		podName = p.Pods[rng.IntN(n)]
+	case x < 9: // unnamed
+		p.Replicas = int32(n)
+	default: // not listed
+		p.Pods = []string{"pod-0"}
+		podName = "pod-9"
+	}
+	p.Replicas = max(p.Replicas, int32(len(p.Pods)))
+	return podName
+}
