@@ -529,7 +529,9 @@ type DescriptorMatch struct {
 	// +required
 	Key DescriptorKey `json:"key"`
 
-	// value is the value the entry must have, compared exactly; any value when omitted.
+	// value is the value the entry must have, compared exactly; any value when omitted. A
+	// value ending in * matches every value that starts with what precedes the * (foo* matches
+	// foo and foobar), as envoyproxy/ratelimit's wildcard values do.
 	// +optional
 	// +kubebuilder:validation:MinLength=1
 	// +kubebuilder:validation:MaxLength=1024

@@ -348,7 +348,8 @@ type Match struct {
 	Descriptors []DescriptorEntry `json:"descriptors,omitempty"`
 }
 
-// DescriptorEntry is one entry of an Envoy descriptor; an empty Value matches any value.
+// DescriptorEntry is one entry of an Envoy descriptor; an empty Value matches any value, and a
+// Value ending in * every value that starts with what precedes the *.
 type DescriptorEntry struct {
 	Key   string `json:"key"`
 	Value string `json:"value,omitempty"`

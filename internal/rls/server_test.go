@@ -172,6 +172,7 @@ func policies() []policy.Policy {
 			r.Mode = policy.Shadow
 			return r
 		}(),
+		descRule("by-path", "FixedWindow", 1, [][2]string{{"path", "/v1/*"}}, "path"),
 	)}
 }
 
@@ -255,6 +256,22 @@ func TestSemantics(t *testing.T) {
 	}
 	if resp := s.ask(t, "edge", 2, ip("10.0.0.4", 0)); resp.OverallCode != ok || resp.Statuses[0].LimitRemaining != 0 {
 		t.Fatalf("10.0.0.4 was charged by a request another descriptor denied: %v", resp)
+	}
+
+	// A wildcard value matches the values it prefixes, each counted apart (the rule keys on
+	// the entry); a value it does not prefix is unlimited.
+	for _, path := range []string{"/v1/", "/v1/users", "/v1/orders"} {
+		if resp := s.ask(t, "edge", 0, desc(0, "path", path)); resp.OverallCode != ok || resp.Statuses[0].CurrentLimit == nil {
+			t.Fatalf("%s, first: %v, want OK under by-path", path, resp)
+		}
+		if resp := s.ask(t, "edge", 0, desc(0, "path", path)); resp.OverallCode != over {
+			t.Fatalf("%s, second: %v, want OVER_LIMIT (1 a minute)", path, resp)
+		}
+	}
+	for _, path := range []string{"/v2/users", "/v1", "v1/x"} {
+		if resp := s.ask(t, "edge", 0, desc(0, "path", path)); resp.OverallCode != ok || resp.Statuses[0].CurrentLimit != nil {
+			t.Fatalf("%s: %v, want no rule matched", path, resp)
+		}
 	}
 
 	// A descriptor's own hits_addend of 0 checks without charging: OK while one more hit

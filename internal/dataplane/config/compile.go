@@ -284,14 +284,26 @@ func descriptorsOf(r policy.Rule) []policy.DescriptorEntry {
 }
 
 // MatchesDescriptor reports whether a descriptor rule matches a descriptor: the same number
-// of entries, entry i with the rule's key i and, when the rule gives one, its value i.
-// value(i) and key(i) read the descriptor's entry i; n is its number of entries.
+// of entries, entry i with the rule's key i and, when the rule gives one, its value i (a
+// value ending in * matches every value that starts with what precedes the *, as
+// envoyproxy/ratelimit's wildcard values do). value(i) and key(i) read the descriptor's entry
+// i; n is its number of entries.
 func (r *Rule) MatchesDescriptor(n int, key, value func(i int) string) bool {
 	if n != len(r.Descriptors) || n == 0 {
 		return false
 	}
 	for i, e := range r.Descriptors {
-		if key(i) != e.Key || (e.Value != "" && value(i) != e.Value) {
+		if key(i) != e.Key {
+			return false
+		}
+		if e.Value == "" {
+			continue
+		}
+		if prefix, wild := strings.CutSuffix(e.Value, "*"); wild {
+			if !strings.HasPrefix(value(i), prefix) {
+				return false
+			}
+		} else if value(i) != e.Value {
 			return false
 		}
 	}
