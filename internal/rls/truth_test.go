@@ -183,13 +183,7 @@ func cost(rng *rand.Rand, r *config.Rule) int64 {
 
 // advance moves the trace's clock by a random step: none, a little, or windows.
 func (tr *truthTrace) advance(rng *rand.Rand) {
-	switch x := rng.IntN(10); {
-	case x < 3:
-	case x < 8:
-		tr.clk.Step(time.Duration(rng.Int64N(tr.maxW.Milliseconds()/3+1)) * time.Millisecond)
-	default:
-		tr.clk.Step(time.Duration(rng.Int64N(3*tr.maxW.Milliseconds()+1)) * time.Millisecond)
-	}
+	tr.clk.Step(sidecartest.RandomStep(rng, tr.maxW))
 }
 
 // coreTake is one rule's take of a core request.

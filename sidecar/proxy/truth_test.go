@@ -135,13 +135,7 @@ type sidecarTrace struct {
 }
 
 func (tr *sidecarTrace) advance(rng *rand.Rand) {
-	switch x := rng.IntN(10); {
-	case x < 3:
-	case x < 8:
-		tr.clk.Step(time.Duration(rng.Int64N(tr.maxW.Milliseconds()/3+1)) * time.Millisecond)
-	default:
-		tr.clk.Step(time.Duration(rng.Int64N(3*tr.maxW.Milliseconds()+1)) * time.Millisecond)
-	}
+	tr.clk.Step(st.RandomStep(rng, tr.maxW))
 }
 
 func (tr *sidecarTrace) hasShadow() bool {

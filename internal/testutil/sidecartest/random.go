@@ -3,6 +3,7 @@ package sidecartest
 import (
 	"math/rand/v2"
 	"strconv"
+	"time"
 
 	"github.com/sluice-dev/sluice/internal/policy"
 )
@@ -29,4 +30,17 @@ func RandomFleet(rng *rand.Rand, p *policy.Policy) (podName string) {
 	}
 	p.Replicas = max(p.Replicas, int32(len(p.Pods)))
 	return podName
+}
+
+// RandomStep is how far a property test moves its fake clock between two requests of a trace
+// whose longest window is maxW: none (3 in 10), up to a third of it (5 in 10) or up to three
+// of it (2 in 10), so that traces see both busy windows and expired ones.
+func RandomStep(rng *rand.Rand, maxW time.Duration) time.Duration {
+	switch x := rng.IntN(10); {
+	case x < 3:
+		return 0
+	case x < 8:
+		return time.Duration(rng.Int64N(maxW.Milliseconds()/3+1)) * time.Millisecond
+	}
+	return time.Duration(rng.Int64N(3*maxW.Milliseconds()+1)) * time.Millisecond
 }
