@@ -260,6 +260,8 @@ type BodySpec struct {
 }
 
 // Rule is one limit: which requests it counts, how it keys them, and how many it admits.
+// +kubebuilder:validation:XValidation:rule="size(self.key) > 0 || (has(self.match) && has(self.match.descriptors))",message="key needs at least one part; only a rule that matches descriptors may have key: [] (one counter for every descriptor it matches)",fieldPath=".key"
+// +kubebuilder:validation:XValidation:rule="self.limit > 0 || (!has(self.burst) && !has(self.leakyBucket) && !has(self.cost) && !has(self.costHeader) && !has(self.lease) && !has(self.countWhen) && !has(self.responseCost))",message="limit 0 denies every request the rule matches: burst, leakyBucket, cost, costHeader, lease, countWhen and responseCost do not apply",fieldPath=".limit"
 // +kubebuilder:validation:XValidation:rule="!has(self.burst) || self.algorithm in ['TokenBucket', 'LeakyBucket']",message="burst applies only to TokenBucket and LeakyBucket; the window algorithms admit limit per window",fieldPath=".burst"
 // +kubebuilder:validation:XValidation:rule="!has(self.leakyBucket) || self.algorithm == 'LeakyBucket'",message="leakyBucket applies only to algorithm LeakyBucket",fieldPath=".leakyBucket"
 // +kubebuilder:validation:XValidation:rule="self.algorithm != 'SlidingWindowLog' || self.limit <= 10000",message="limit must be at most 10000 for SlidingWindowLog, which stores one timestamp per admitted request; use SlidingWindowCounter for larger limits",fieldPath=".limit"
@@ -298,9 +300,9 @@ type Rule struct {
 	// key lists the parts whose values, joined, name the counter a request is charged to,
 	// e.g. [{clientIP: {}}] for a limit per client, [{header: {name: X-API-Key}}] per API key.
 	// A request lacking a header or query parameter the key needs is charged to one shared
-	// "missing" counter.
+	// "missing" counter. A rule that matches descriptors may set key: [] to count every
+	// descriptor it matches in one counter (as envoyproxy/ratelimit's share_threshold).
 	// +required
-	// +kubebuilder:validation:MinItems=1
 	// +kubebuilder:validation:MaxItems=8
 	Key []KeyPart `json:"key"`
 
@@ -309,10 +311,12 @@ type Rule struct {
 	// +required
 	Algorithm Algorithm `json:"algorithm"`
 
-	// limit is the number of requests (cost units) admitted per window, 1 to 100000000.
-	// For TokenBucket and LeakyBucket it is the refill (leak) rate: limit per window.
+	// limit is the number of requests (cost units) admitted per window, 0 to 100000000.
+	// For TokenBucket and LeakyBucket it is the refill (leak) rate: limit per window. 0 denies
+	// every request the rule matches, with no Retry-After (a block list entry, as
+	// envoyproxy/ratelimit's requests_per_unit: 0).
 	// +required
-	// +kubebuilder:validation:Minimum=1
+	// +kubebuilder:validation:Minimum=0
 	// +kubebuilder:validation:Maximum=100000000
 	Limit int64 `json:"limit"`
 
@@ -524,6 +528,7 @@ type RuleMatch struct {
 }
 
 // DescriptorMatch is one entry of an Envoy rate limit descriptor.
+// +kubebuilder:validation:XValidation:rule="!has(self.notIn) || !has(self.value) || self.value.endsWith('*')",message="notIn applies to an entry without value or with a wildcard value (ending in *): an exact value already excludes every other",fieldPath=".notIn"
 type DescriptorMatch struct {
 	// key is the entry's key, compared exactly.
 	// +required
@@ -536,6 +541,19 @@ type DescriptorMatch struct {
 	// +kubebuilder:validation:MinLength=1
 	// +kubebuilder:validation:MaxLength=1024
 	Value string `json:"value,omitempty"`
+
+	// notIn excludes values from what the entry matches, on an entry without value (every
+	// value but these) or with a wildcard value (its prefix but these); each may end in *, as
+	// value may. It leaves the values to a more specific rule, or to none: e.g. a limit per
+	// user that exempts admin, [{key: user, notIn: [admin]}], as envoyproxy/ratelimit's
+	// `value: admin` entry with `unlimited: true` beside a key-only limit.
+	// +optional
+	// +listType=set
+	// +kubebuilder:validation:MinItems=1
+	// +kubebuilder:validation:MaxItems=64
+	// +kubebuilder:validation:items:MinLength=1
+	// +kubebuilder:validation:items:MaxLength=1024
+	NotIn []string `json:"notIn,omitempty"`
 }
 
 // HeaderMatch is a condition on one request header. Exactly one of value, absent and notIn

@@ -65,7 +65,7 @@ func run() error {
 	loader.Recheck = o.ReloadInterval
 	loader.PodName = o.PodName
 
-	eng, err := engine.Open(engine.Options{Flags: &o.Options, Metrics: m, Log: log})
+	eng, err := engine.Open(engine.Options{Flags: &o.Options, Metrics: m, Log: log, Leases: true})
 	if err != nil {
 		return err
 	}

@@ -23,6 +23,8 @@ commands:
              (simulate rules: requests against several rules, decided as one unit)
   status     what the sidecars of a namespace decide now, per policy and rule (via the API server)
   quota      get or reset one key's counter of a rule in Redis (remaining, reset time, debt)
+  convert    turn another rate limiter's configuration into RateLimitPolicies
+             (convert envoy-ratelimit -f config.yaml: envoyproxy/ratelimit's)
   version    print the version
 `
 
@@ -46,6 +48,8 @@ func run(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 		return runStatus(args[1:], stdout, stderr)
 	case "quota":
 		return runQuota(args[1:], stdout, stderr)
+	case "convert":
+		return runConvert(args[1:], stdout, stderr)
 	case "version", "--version":
 		fmt.Fprintln(stdout, version.String("sluicectl"))
 		return 0

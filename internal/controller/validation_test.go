@@ -3,6 +3,8 @@ package controller_test
 import (
 	"bytes"
 	"context"
+	"os"
+	"path/filepath"
 	"strings"
 
 	. "github.com/onsi/ginkgo/v2"
@@ -14,6 +16,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/intstr"
 
 	"github.com/sluice-dev/sluice/api/v1alpha1"
+	"github.com/sluice-dev/sluice/internal/convert"
 	"github.com/sluice-dev/sluice/internal/policy"
 	"github.com/sluice-dev/sluice/internal/policyfile"
 )
@@ -243,6 +246,17 @@ var _ = Describe("RateLimitPolicy validation", func() {
 			domainOnly(p)
 			p.Spec.Rules[0].CostHeader = "X-Cost"
 		}, "spec.rules[0].match", "use hits_addend for the cost"),
+		Entry("limit 0 with a burst", func(p *v1alpha1.RateLimitPolicy) {
+			burst(5)(p)
+			rule0(func(r *v1alpha1.Rule) { r.Limit = 0 })(p)
+		}, "spec.rules[0].limit", "limit 0 denies every request the rule matches"),
+		Entry("a negative limit", rule0(func(r *v1alpha1.Rule) { r.Limit = -1 }), "spec.rules[0].limit", "should be greater than or equal to 0"),
+		Entry("notIn beside an exact descriptor value", func(p *v1alpha1.RateLimitPolicy) {
+			descriptorRule(p)
+			p.Spec.Rules[0].Match.Descriptors[0].NotIn = []string{"cart"}
+		}, "spec.rules[0].match.descriptors[0].notIn", "notIn applies to an entry without value or with a wildcard value"),
+		Entry("an HTTP rule without a key part", rule0(func(r *v1alpha1.Rule) { r.Key = []v1alpha1.KeyPart{} }),
+			"spec.rules[0].key", "only a rule that matches descriptors may have key: []"),
 		Entry("a descriptor key twice", func(p *v1alpha1.RateLimitPolicy) {
 			domainOnly(p)
 			p.Spec.Rules[0].Match.Descriptors[1].Key = "generic_key"
@@ -391,6 +405,16 @@ var _ = Describe("RateLimitPolicy validation", func() {
 			p.Spec.Rules[0].Match.Descriptors = []v1alpha1.DescriptorMatch{{Key: "remote_address"}}
 			p.Spec.Rules[0].Mode = v1alpha1.Shadow
 		}),
+		Entry("limit 0: a blocked key", rule0(func(r *v1alpha1.Rule) { r.Limit = 0 })),
+		Entry("a descriptor exemption and a wildcard with exclusions", func(p *v1alpha1.RateLimitPolicy) {
+			domainOnly(p)
+			p.Spec.Rules[0].Match.Descriptors = []v1alpha1.DescriptorMatch{{Key: "generic_key", Value: "check*", NotIn: []string{"checkout", "checks*"}},
+				{Key: "remote_address", NotIn: []string{"198.18.0.1"}}}
+		}),
+		Entry("a descriptor rule with one counter (key: [])", func(p *v1alpha1.RateLimitPolicy) {
+			domainOnly(p)
+			p.Spec.Rules[0].Key = []v1alpha1.KeyPart{}
+		}),
 		Entry("a TokenBucket lease at its bounds", func(p *v1alpha1.RateLimitPolicy) {
 			burst(20)(p)
 			lease("10s", 20)(p)
@@ -490,6 +514,28 @@ var _ = Describe("RateLimitPolicy validation", func() {
 			g.Expect(accepted.Reason).To(Equal(v1alpha1.ReasonInvalid))
 			g.Expect(accepted.Message).To(ContainSubstring(`calendar.timeZone: time zone "Europe/Nowhere" is not an IANA time zone`))
 		}).Should(Succeed())
+	})
+
+	It("accepts every policy `sluicectl convert envoy-ratelimit` makes of envoyproxy/ratelimit's examples", func(ctx context.Context) {
+		names, err := filepath.Glob(filepath.Join("..", "convert", "testdata", "*.yaml"))
+		Expect(err).NotTo(HaveOccurred())
+		Expect(names).NotTo(BeEmpty())
+		converted := 0
+		for _, name := range names {
+			b, err := os.ReadFile(name)
+			Expect(err).NotTo(HaveOccurred())
+			res, err := convert.EnvoyRatelimit([]convert.File{{Name: name, Content: b}}, convert.Options{Namespace: ns})
+			if err != nil {
+				Expect(err.Error()).To(ContainSubstring("replaces: not supported"), name)
+				continue
+			}
+			for i := range res.Policies {
+				Expect(k8sClient.Create(ctx, &res.Policies[i])).To(Succeed(), name)
+				Expect(offlineError(&res.Policies[i])).To(BeEmpty(), name)
+				converted++
+			}
+		}
+		Expect(converted).To(Equal(len(names) - 1))
 	})
 
 	It("applies defaults", func(ctx context.Context) {

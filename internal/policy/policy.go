@@ -348,11 +348,36 @@ type Match struct {
 	Descriptors []DescriptorEntry `json:"descriptors,omitempty"`
 }
 
-// DescriptorEntry is one entry of an Envoy descriptor; an empty Value matches any value, and a
-// Value ending in * every value that starts with what precedes the *.
+// DescriptorEntry is one entry of an Envoy descriptor: it matches Value (any value when
+// empty) but none of NotIn; a Value (or a NotIn value) ending in * stands for every value that
+// starts with what precedes the *.
 type DescriptorEntry struct {
-	Key   string `json:"key"`
-	Value string `json:"value,omitempty"`
+	Key   string   `json:"key"`
+	Value string   `json:"value,omitempty"`
+	NotIn []string `json:"notIn,omitempty"`
+}
+
+// Matches reports whether an entry's value v meets e: equal to Value (or prefixed by it,
+// for a wildcard; any value without Value) and none of NotIn.
+func (e DescriptorEntry) Matches(v string) bool {
+	if e.Value != "" && !wildcardMatch(e.Value, v) {
+		return false
+	}
+	for _, n := range e.NotIn {
+		if wildcardMatch(n, v) {
+			return false
+		}
+	}
+	return true
+}
+
+// wildcardMatch reports whether v is pattern, or starts with pattern's prefix when pattern
+// ends in *, as envoyproxy/ratelimit's wildcard values match.
+func wildcardMatch(pattern, v string) bool {
+	if prefix, wild := strings.CutSuffix(pattern, "*"); wild {
+		return strings.HasPrefix(v, prefix)
+	}
+	return v == pattern
 }
 
 // Descriptor reports whether r is a descriptor rule: one the RLS server decides for its
@@ -387,9 +412,17 @@ type KeyPart struct {
 	Name   string `json:"name,omitempty"`
 }
 
+// Blocked reports whether r denies every request it matches (limit 0).
+func (r Rule) Blocked() bool { return r.Limit == 0 }
+
 // LimiterLimit returns the limiter parameters of the rule. A calendar rule whose zone does
-// not load gets no Zone, which Validate rejects (validate names the zone's error).
+// not load gets no Zone, which Validate rejects (validate names the zone's error). A Blocked
+// rule gets a one-unit stand-in of its algorithm and window, which the data plane makes deny
+// every request by giving it a cost above that capacity.
 func (r Rule) LimiterLimit() limiter.Limit {
+	if r.Blocked() {
+		r.Limit, r.Burst = 1, 0
+	}
 	if c := r.Calendar; c != nil {
 		zone, _ := limiter.LoadZone(c.TimeZone)
 		p := limiter.Period(c.Period)

@@ -6,6 +6,7 @@ import (
 	"mime"
 	"net/netip"
 	"slices"
+	"strings"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
@@ -109,6 +110,14 @@ func (r Rule) validateResponseCost() error {
 	return nil
 }
 
+// validateBlocked checks that a rule of limit 0 sets nothing that would not apply.
+func (r Rule) validateBlocked() error {
+	if r.Blocked() && (r.Burst != 0 || r.LeakyMode == string(limiter.Queue) || r.Cost != 1 || r.CostHeader != "" || r.Lease != nil || len(r.CountWhen) > 0 || r.ResponseCost != nil) {
+		return errors.New("limit 0 denies every request: burst, queueing, a cost other than 1, costHeader, lease, countWhen and responseCost do not apply")
+	}
+	return nil
+}
+
 func (r Rule) validate() error {
 	if c := r.Calendar; c != nil {
 		if r.WindowMs != 0 {
@@ -119,6 +128,9 @@ func (r Rule) validate() error {
 		}
 	}
 	if err := r.LimiterLimit().Validate(); err != nil {
+		return err
+	}
+	if err := r.validateBlocked(); err != nil {
 		return err
 	}
 	if r.Cost < 1 || r.Cost > r.LimiterLimit().Capacity() {
@@ -149,8 +161,13 @@ func (r Rule) validate() error {
 			return fmt.Errorf("lease.maxUnits %d is outside 0..%d (0: derived from the rate)", l.MaxUnits, r.LimiterLimit().Capacity())
 		}
 	}
-	if len(r.Key) == 0 {
-		return errors.New("empty key")
+	return r.validateKey()
+}
+
+// validateKey checks the rule's key parts.
+func (r Rule) validateKey() error {
+	if len(r.Key) == 0 && !r.Descriptor() {
+		return errors.New("empty key (only a descriptor rule may have one counter for every match)")
 	}
 	for _, k := range r.Key {
 		if (k.Source == SourceDescriptor) != r.Descriptor() {
@@ -182,6 +199,11 @@ func (m *Match) validate() error {
 	for _, h := range m.Headers {
 		if h.Absent && (h.Value != "" || len(h.NotIn) > 0) || len(h.NotIn) > 0 && h.Value != "" {
 			return fmt.Errorf("header match %s sets more than one of value, absent, notIn", h.Name)
+		}
+	}
+	for _, d := range m.Descriptors {
+		if len(d.NotIn) > 0 && d.Value != "" && !strings.HasSuffix(d.Value, "*") {
+			return fmt.Errorf("descriptor entry %s sets notIn beside an exact value", d.Key)
 		}
 	}
 	return nil

@@ -149,7 +149,7 @@ func compileRule(r v1alpha1.Rule) (policy.Rule, error) {
 		}
 		slices.SortFunc(out.Match.Headers, func(a, b policy.HeaderMatch) int { return strings.Compare(a.Name, b.Name) })
 		for _, d := range m.Descriptors { // in order: a descriptor's entries are a path
-			out.Match.Descriptors = append(out.Match.Descriptors, policy.DescriptorEntry{Key: string(d.Key), Value: d.Value})
+			out.Match.Descriptors = append(out.Match.Descriptors, policy.DescriptorEntry{Key: string(d.Key), Value: d.Value, NotIn: slices.Sorted(slices.Values(d.NotIn))})
 		}
 	}
 	for i, k := range r.Key {

@@ -9,6 +9,7 @@ import (
 	"math/rand/v2"
 	"os"
 	"path/filepath"
+	"reflect"
 	"slices"
 	"strings"
 	"testing"
@@ -197,7 +198,7 @@ func TestCompileDomain(t *testing.T) {
 	}
 	r := got.Rules[0]
 	if got.Domain != "edge" || got.Selector != nil || !r.Descriptor() ||
-		!slices.Equal(r.Match.Descriptors, []policy.DescriptorEntry{{Key: "generic_key", Value: "checkout"}, {Key: "remote_address"}}) ||
+		!reflect.DeepEqual(r.Match.Descriptors, []policy.DescriptorEntry{{Key: "generic_key", Value: "checkout"}, {Key: "remote_address"}}) ||
 		!slices.Equal(r.Key, []policy.KeyPart{{Source: policy.SourceDescriptor, Name: "remote_address"}}) {
 		t.Fatalf("compiled %+v, rule %+v %+v", got, r, r.Match)
 	}

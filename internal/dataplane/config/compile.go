@@ -78,6 +78,10 @@ type Rule struct {
 	// ZeroShare is true when this pod's share of the rule is 0 units: the fleet's other pods
 	// hold the whole limit while Redis cannot decide, and this pod denies the rule locally.
 	ZeroShare bool
+	// Blocked is true for a rule of limit 0, which denies every request it matches: Limit
+	// and Local are a one-unit stand-in that Cost (and decide.Request.Add) always exceeds, so
+	// either store denies it without taking anything, and ZeroShare is set.
+	Blocked bool
 	// Cost is the default cost; CostHeader, when set, may carry another (1..Capacity).
 	Cost       int64
 	CostHeader string
@@ -240,6 +244,10 @@ func compilePolicyRules(p policy.Policy, podName string, m *metrics.Metrics, des
 		quoted := strconv.Quote(r.Name)           // rule names are DNS labels: a valid sf-string as is
 		window := max(CeilSeconds(lim.Window), 1) // the draft's w is a positive integer
 		local, zero := LocalShare(lim, p, podName)
+		capacity := lim.Capacity()
+		if r.Blocked() {
+			local, zero, capacity = lim, true, 0
+		}
 		var lp *lease.Params
 		if r.Lease != nil {
 			lp = &lease.Params{MaxAge: r.Lease.MaxAge(), MaxUnits: r.Lease.MaxUnits}
@@ -253,6 +261,7 @@ func compilePolicyRules(p policy.Policy, podName string, m *metrics.Metrics, des
 			Limit:        lim,
 			Local:        local,
 			ZeroShare:    zero,
+			Blocked:      r.Blocked(),
 			Cost:         max(r.Cost, 1),
 			CostHeader:   r.CostHeader,
 			Shadow:       r.Mode == policy.Shadow,
@@ -261,9 +270,9 @@ func compilePolicyRules(p policy.Policy, podName string, m *metrics.Metrics, des
 			CountWhen:    r.CountWhen,
 			Queue:        lim.Algorithm == limiter.LeakyBucket && lim.Mode == limiter.Queue,
 			Descriptors:  descriptorsOf(r),
-			DraftPolicy:  quoted + ";q=" + strconv.FormatInt(lim.Capacity(), 10) + ";w=" + strconv.FormatInt(window, 10),
-			LimitValue:   strconv.FormatInt(lim.Capacity(), 10),
-			Draft7Policy: strconv.FormatInt(lim.Capacity(), 10) + ";w=" + strconv.FormatInt(window, 10),
+			DraftPolicy:  quoted + ";q=" + strconv.FormatInt(capacity, 10) + ";w=" + strconv.FormatInt(window, 10),
+			LimitValue:   strconv.FormatInt(capacity, 10),
+			Draft7Policy: strconv.FormatInt(capacity, 10) + ";w=" + strconv.FormatInt(window, 10),
 			Quoted:       quoted,
 			Metrics:      m.ForRule(p.Name, r.Name),
 		})
@@ -284,26 +293,15 @@ func descriptorsOf(r policy.Rule) []policy.DescriptorEntry {
 }
 
 // MatchesDescriptor reports whether a descriptor rule matches a descriptor: the same number
-// of entries, entry i with the rule's key i and, when the rule gives one, its value i (a
-// value ending in * matches every value that starts with what precedes the *, as
-// envoyproxy/ratelimit's wildcard values do). value(i) and key(i) read the descriptor's entry
-// i; n is its number of entries.
+// of entries, entry i with the rule's key i and a value its entry i matches
+// (policy.DescriptorEntry.Matches: the rule's value, a wildcard's prefix, or none of its
+// notIn). value(i) and key(i) read the descriptor's entry i; n is its number of entries.
 func (r *Rule) MatchesDescriptor(n int, key, value func(i int) string) bool {
 	if n != len(r.Descriptors) || n == 0 {
 		return false
 	}
 	for i, e := range r.Descriptors {
-		if key(i) != e.Key {
-			return false
-		}
-		if e.Value == "" {
-			continue
-		}
-		if prefix, wild := strings.CutSuffix(e.Value, "*"); wild {
-			if !strings.HasPrefix(value(i), prefix) {
-				return false
-			}
-		} else if value(i) != e.Value {
+		if key(i) != e.Key || !e.Matches(value(i)) {
 			return false
 		}
 	}

@@ -137,7 +137,7 @@ func (d *Decider) TakeRequest(ctx context.Context, pols []*config.Policy, rules 
 	// without asking the breaker (a local spend is no sign of Redis's health); a request with
 	// several rules is Decided as one unit, its leased rules reserved from their leases and
 	// the others in Redis (remoteLeased).
-	leased := d.opts.Leases != nil && len(takes) == 1 && rules[0].Lease != nil
+	leased := d.opts.Leases != nil && len(takes) == 1 && rules[0].Lease != nil && !takes[0].Check // a check spends nothing
 	if leased {
 		if r, ok := d.opts.Leases.Spend(takes[0].Key, takes[0].Limit, *rules[0].Lease, takes[0].N, now); ok {
 			res[0] = r
@@ -333,7 +333,7 @@ func (d *Decider) takeLocal(ctx context.Context, rules []*config.Rule, takes []l
 		return nil, nil, Skipped
 	}
 	for i, rule := range rules {
-		if rule.ZeroShare { // the store denied the stand-in; report what the pod holds: nothing
+		if rule.ZeroShare && !rule.Blocked { // the store denied the stand-in; report what the pod holds: nothing (Decide reports a Blocked rule)
 			res[i] = limiter.Result{RetryAfter: limiter.NeverRetry, Reason: limiter.ReasonNoShare}
 		}
 	}

@@ -57,7 +57,13 @@ func (r *Request) Release() {
 
 // Add adds rule of policy p, matched by the request: a take of n units on key. check is a take
 // that charges nothing at admission (a countWhen rule, charged once its response is known).
+//
+// A Blocked rule's take costs more than its one-unit stand-in holds, whatever n is, so that
+// either store denies it (and, all-or-nothing, charges none of the request's rules).
 func (r *Request) Add(p *config.Policy, rule *config.Rule, key string, n int64, check bool) {
+	if rule.Blocked {
+		n = rule.Limit.Capacity() + 1
+	}
 	r.rules = append(r.rules, rule)
 	r.pols = append(r.pols, p)
 	r.takes = append(r.takes, limiter.Take{Key: key, Limit: rule.Limit, N: n, Shadow: rule.Shadow, Check: check})
@@ -90,6 +96,11 @@ func (d *Decider) Decide(ctx context.Context, r *Request, now time.Time) Verdict
 		return v
 	}
 	r.dRules, r.dTakes, r.dRes = rules, takes, r.res[:len(takes)]
+	for i, rule := range rules {
+		if rule.Blocked { // the store denied the stand-in; report the rule's own limit: 0
+			r.dRes[i] = limiter.Result{RetryAfter: limiter.NeverRetry, Reason: limiter.ReasonCostExceedsCapacity}
+		}
+	}
 	v.Local = local
 	Count(rules, takes, r.dRes)
 	for i, rule := range rules {

@@ -29,8 +29,8 @@ type Options struct {
 	// Metrics receives the decisions, breaker transitions, backlog and lease statistics.
 	Metrics *metrics.Metrics
 	Log     *slog.Logger
-	// Leases makes a lease engine for the rules that have a lease (the sidecar); without it
-	// they are decided in Redis as the others (the RLS server).
+	// Leases makes a lease engine for the rules that have a lease (the sidecar and the RLS
+	// server both ask for it); without it they are decided in Redis as the others.
 	Leases bool
 	// Clock times the backlog, the masters' breakers and the sweeps; nil is the real clock.
 	Clock clock.WithTicker
