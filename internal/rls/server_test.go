@@ -25,6 +25,7 @@ import (
 	"github.com/sluice-dev/sluice/internal/dataplane/decide"
 	"github.com/sluice-dev/sluice/internal/dataplane/metrics"
 	"github.com/sluice-dev/sluice/internal/limiter"
+	"github.com/sluice-dev/sluice/internal/limiter/lease"
 	"github.com/sluice-dev/sluice/internal/limiter/redisstore"
 	"github.com/sluice-dev/sluice/internal/policy"
 	"github.com/sluice-dev/sluice/internal/rls"
@@ -62,6 +63,9 @@ func domainPolicy(name string, mode policy.FailureMode, pods []string, rules ...
 }
 
 type env struct {
+	// leases makes the replicas lease the rules that have a lease, as cmd/ratelimit does.
+	leases bool
+	lease  *lease.Engine
 	clk    *clocktesting.FakeClock
 	redis  *redisserver.TestServer
 	file   string
@@ -74,15 +78,20 @@ type env struct {
 // (Redis, explicit time) and a local store of its own, its policies read from e.file.
 func (e *env) replica(t *testing.T, podName string, remote decide.Store) *env {
 	t.Helper()
-	r := &env{clk: e.clk, redis: e.redis, file: e.file, m: metrics.New()}
+	r := &env{clk: e.clk, redis: e.redis, file: e.file, m: metrics.New(), leases: e.leases}
 	log := slog.New(slog.NewJSONHandler(io.Discard, nil))
 	r.loader = config.NewLoader(e.file, "", nil, r.m, log)
 	r.loader.Domains, r.loader.PodName = true, podName
 	if err := r.loader.Load(); err != nil {
 		t.Fatal(err)
 	}
-	d := decide.New(decide.Options{Remote: remote, Local: limiter.NewMemoryStore(limiter.MemoryStoreOptions{}), Metrics: r.m,
-		Breaker: breaker.New(breaker.Options{Cooldown: time.Hour, MaxCooldown: time.Hour}), Log: log, Clock: e.clk})
+	do := decide.Options{Remote: remote, Local: limiter.NewMemoryStore(limiter.MemoryStoreOptions{}), Metrics: r.m,
+		Breaker: breaker.New(breaker.Options{Cooldown: time.Hour, MaxCooldown: time.Hour}), Log: log, Clock: e.clk}
+	if e.leases {
+		r.lease = lease.New(remote.(lease.Store), lease.Options{})
+		do.Leases = r.lease
+	}
+	d := decide.New(do)
 	srv := grpc.NewServer()
 	rlsv3.RegisterRateLimitServiceServer(srv, rls.New(rls.Options{Config: r.loader.Current, Decider: d, Metrics: r.m, Clock: e.clk}))
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
