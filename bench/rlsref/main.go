@@ -58,7 +58,7 @@ func run(listen, addr string, pool int, limit uint32, unit string) error {
 		return err
 	}
 	srv := grpc.NewServer()
-	rlsv3.RegisterRateLimitServiceServer(srv, &service{client: client, limit: limit, unit: u})
+	rlsv3.RegisterRateLimitServiceServer(srv, &service{client: client, limit: limit, unit: u, now: time.Now})
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
 	defer stop()
 	go func() { <-ctx.Done(); srv.Stop() }()
@@ -83,13 +83,14 @@ type service struct {
 	client *redis.Client
 	limit  uint32
 	unit   unitSpec
+	now    func() time.Time // the server's clock, as the peer's windows are
 }
 
 // ShouldRateLimit charges each descriptor's window key in one pipeline and answers from the
 // counts.
 func (s *service) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitRequest) (*rlsv3.RateLimitResponse, error) {
 	hits := max(req.GetHitsAddend(), 1)
-	now := time.Now().Unix()
+	now := s.now().Unix()
 	window := now / s.unit.seconds * s.unit.seconds
 	descs := req.GetDescriptors()
 	incrs := make([]*redis.IntCmd, len(descs))
