@@ -47,8 +47,9 @@ func main() {
 	rounds := flag.Int("rounds", 3, "rounds; each measures both services, alternating which goes first")
 	sluiceBin := flag.String("sluice-bin", "", "sluice-ratelimit binary (default: go build ./cmd/ratelimit)")
 	refBin := flag.String("ref-bin", "", "reference service binary (default: go build ./bench/rlsref)")
+	leased := flag.Duration("leased", 0, "also measure a second sluice-ratelimit whose rule leases units with this maxAge (0: not)")
 	flag.Parse()
-	if err := run(*clients, *duration, *rounds, *sluiceBin, *refBin); err != nil {
+	if err := run(*clients, *duration, *rounds, *sluiceBin, *refBin, *leased); err != nil {
 		fmt.Fprintln(os.Stderr, "rlspeer:", err)
 		os.Exit(1)
 	}
@@ -70,7 +71,7 @@ type sample struct {
 	p50, p99            time.Duration
 }
 
-func run(clients int, d time.Duration, rounds int, sluiceBin, refBin string) error {
+func run(clients int, d time.Duration, rounds int, sluiceBin, refBin string, leased time.Duration) error {
 	dir, err := os.MkdirTemp("", "rlspeer")
 	if err != nil {
 		return err
@@ -102,34 +103,47 @@ func run(clients int, d time.Duration, rounds int, sluiceBin, refBin string) err
 	// One rule that never denies, so that both services do the same work on every call: a
 	// fixed window of one second (the peer's per-second limit) of limiter.MaxLimit.
 	const limit = limiter.MaxLimit
-	cfg := filepath.Join(dir, policy.DataKey)
-	doc := &policy.Document{Version: policy.Version, Namespace: "bench", Policies: []policy.Policy{{
-		Name: "bench", Domain: "bench", Selector: &metav1.LabelSelector{}, Replicas: 1,
-		// Closed: a Redis call the loaded machine made late fails the run instead of being
-		// decided from the local share, which would not be a Redis decision.
-		FailureMode: policy.FailureClosed,
-		Response:    policy.Response{StatusCode: 429, Headers: policy.HeadersBoth},
-		Rules: []policy.Rule{{Name: "per-second", Algorithm: "FixedWindow", Limit: limit, WindowMs: 1000, Cost: 1, Mode: policy.Enforce,
-			Match: &policy.Match{Descriptors: []policy.DescriptorEntry{{Key: "generic_key", Value: "bench"}}},
-			Key:   []policy.KeyPart{{Source: policy.SourceDescriptor, Name: "generic_key"}}}},
-	}}}
-	b, err := policy.Marshal(doc)
-	if err != nil {
-		return err
-	}
-	if err := os.WriteFile(cfg, b, 0o600); err != nil {
-		return err
-	}
-
-	sluice, err := startSluice(sluiceBin, cfg, redis.URL(), dir)
-	if err != nil {
-		return err
-	}
 	ref, err := startRef(refBin, redis.Addr(), limit, dir)
 	if err != nil {
 		return err
 	}
-	services := []*service{ref, sluice}
+	services := []*service{ref}
+	variants := []struct {
+		name  string
+		lease *policy.Lease
+	}{{"sluice-ratelimit", nil}}
+	if leased > 0 {
+		variants = append(variants, struct {
+			name  string
+			lease *policy.Lease
+		}{fmt.Sprintf("sluice-ratelimit, rule leased (maxAge %s)", leased), &policy.Lease{MaxAgeMs: leased.Milliseconds()}})
+	}
+	for i, v := range variants {
+		doc := &policy.Document{Version: policy.Version, Namespace: "bench", Policies: []policy.Policy{{
+			Name: "bench", Domain: "bench", Selector: &metav1.LabelSelector{}, Replicas: 1,
+			// Closed: a Redis call the loaded machine made late fails the run instead of
+			// being decided from the local share, which would not be a Redis decision.
+			FailureMode: policy.FailureClosed,
+			Response:    policy.Response{StatusCode: 429, Headers: policy.HeadersBoth},
+			Rules: []policy.Rule{{Name: "per-second", Algorithm: "FixedWindow", Limit: limit, WindowMs: 1000, Cost: 1, Mode: policy.Enforce,
+				Match: &policy.Match{Descriptors: []policy.DescriptorEntry{{Key: "generic_key", Value: "bench"}}},
+				Key:   []policy.KeyPart{{Source: policy.SourceDescriptor, Name: "generic_key"}}, Lease: v.lease}},
+		}}}
+		b, err := policy.Marshal(doc)
+		if err != nil {
+			return err
+		}
+		cfg := filepath.Join(dir, strconv.Itoa(i)+"-"+policy.DataKey)
+		if err := os.WriteFile(cfg, b, 0o600); err != nil {
+			return err
+		}
+		s, err := startSluice(sluiceBin, cfg, redis.URL(), filepath.Join(dir, strconv.Itoa(i)+"-sluice-ratelimit.log"))
+		if err != nil {
+			return err
+		}
+		s.name = v.name
+		services = append(services, s)
+	}
 
 	req := &rlsv3.RateLimitRequest{Domain: "bench", Descriptors: []*rlsv3common.RateLimitDescriptor{{
 		Entries: []*rlsv3common.RateLimitDescriptor_Entry{{Key: "generic_key", Value: "bench"}}}}}
@@ -137,10 +151,7 @@ func run(clients int, d time.Duration, rounds int, sluiceBin, refBin string) err
 	load0 := loadavg()
 	for round := range rounds {
 		for k := range services {
-			i := k
-			if round%2 == 1 {
-				i = len(services) - 1 - k
-			}
+			i := (k + round) % len(services) // each service first in turn
 			s, err := measure(services[i], redis, redisPID, req, clients, d)
 			if err != nil {
 				return fmt.Errorf("%s, round %d: %w", services[i].name, round+1, err)
@@ -148,12 +159,16 @@ func run(clients int, d time.Duration, rounds int, sluiceBin, refBin string) err
 			samples[i] = append(samples[i], s)
 		}
 	}
-	report(services, samples, clients, d, rounds, load0, loadavg())
+	extra := ""
+	if leased > 0 {
+		extra = " -leased " + leased.String()
+	}
+	report(services, samples, clients, d, rounds, extra, load0, loadavg())
 	return nil
 }
 
 // startSluice runs sluice-ratelimit on free loopback ports and waits for /readyz.
-func startSluice(bin, cfg, redisURL, dir string) (*service, error) {
+func startSluice(bin, cfg, redisURL, logPath string) (*service, error) {
 	grpcAddr, err := freeAddr()
 	if err != nil {
 		return nil, err
@@ -163,7 +178,7 @@ func startSluice(bin, cfg, redisURL, dir string) (*service, error) {
 		return nil, err
 	}
 	// A long Redis budget: a late answer on a loaded machine waits rather than fails.
-	cmd, err := start(bin, filepath.Join(dir, "sluice-ratelimit.log"), "--grpc-listen", grpcAddr, "--metrics-listen", admin,
+	cmd, err := start(bin, logPath, "--grpc-listen", grpcAddr, "--metrics-listen", admin,
 		"--config", cfg, "--redis-url", redisURL, "--redis-timeout", "5s", "--log-level", "warn")
 	if err != nil {
 		return nil, err
@@ -358,7 +373,7 @@ func loadavg() string {
 	return strings.Join(f[:3], " ")
 }
 
-func report(services []*service, samples [][]sample, clients int, d time.Duration, rounds int, load0, load1 string) {
+func report(services []*service, samples [][]sample, clients int, d time.Duration, rounds int, extra, load0, load1 string) {
 	type figures struct{ rate, srvCPU, redisCPU, p50, p99, calls float64 }
 	fig := func(s sample) figures {
 		n := float64(max(s.decisions, 1))
@@ -394,12 +409,12 @@ func report(services []*service, samples [][]sample, clients int, d time.Duratio
 	}
 
 	fmt.Printf("## RLS server vs a reference decision service (envoyproxy/ratelimit's Redis driver)\n\n")
-	fmt.Printf("`go run ./bench/rlspeer -clients %d -duration %s -rounds %d` (load average %s at the start, %s at the end): "+
-		"sluice-ratelimit (cmd/ratelimit) and bench/rlsref (what envoyproxy/ratelimit's Redis driver does: per descriptor one pipelined INCRBY and EXPIRE on a fixed-window key) "+
+	fmt.Printf("`go run ./bench/rlspeer -clients %d -duration %s -rounds %d%s` (load average %s at the start, %s at the end): "+
+		"sluice-ratelimit (cmd/ratelimit) (and, with -leased, a second one whose rule leases units) and bench/rlsref (what envoyproxy/ratelimit's Redis driver does: per descriptor one pipelined INCRBY and EXPIRE on a fixed-window key) "+
 		"as separate processes against one redis-server, %d closed-loop gRPC callers from the bench process, one descriptor per request, a one-second fixed window that never denies; "+
 		"%d rounds of %s per service, alternating which goes first. CPU is each process's utime+stime from /proc over its phase; Redis commands from INFO commandstats. "+
 		"Medians of the rounds; ratio = sluice-ratelimit ÷ reference (decisions/s: higher is better; the rest: lower is better).\n\n",
-		clients, d, rounds, load0, load1, clients, rounds, d)
+		clients, d, rounds, extra, load0, load1, clients, rounds, d)
 	fmt.Print("| service |")
 	for _, c := range cols {
 		fmt.Printf(" %s |", c.name)
@@ -416,23 +431,27 @@ func report(services []*service, samples [][]sample, clients int, d time.Duratio
 		}
 		fmt.Println()
 	}
-	// services[0] is the reference, services[1] sluice-ratelimit.
-	fmt.Print("| **ratio sluice ÷ reference** |")
-	for _, c := range cols {
-		ref := median(col(0, c.f))
-		if ref == 0 {
-			fmt.Print(" - |")
-			continue
+	// services[0] is the reference.
+	for j := 1; j < len(services); j++ {
+		fmt.Printf("| **ratio %s ÷ reference** |", services[j].name)
+		for _, c := range cols {
+			ref := median(col(0, c.f))
+			if ref == 0 {
+				fmt.Print(" - |")
+				continue
+			}
+			fmt.Printf(" **%.2f×** |", median(col(j, c.f))/ref)
 		}
-		fmt.Printf(" **%.2f×** |", median(col(1, c.f))/ref)
+		fmt.Println()
 	}
 	fmt.Println()
-	fmt.Println()
-	fmt.Print("Per round, sluice ÷ reference (decisions/s; service CPU; Redis CPU per decision):")
-	for r := range samples[0] {
-		a, b := fig(samples[0][r]), fig(samples[1][r])
-		fmt.Printf(" %d: %.2f×, %.2f×, %.2f×;", r+1, b.rate/a.rate, b.srvCPU/a.srvCPU, b.redisCPU/max(a.redisCPU, 1e-9))
+	for j := 1; j < len(services); j++ {
+		fmt.Printf("Per round, %s ÷ reference (decisions/s, service CPU, Redis CPU per decision):", services[j].name)
+		for r := range samples[0] {
+			a, b := fig(samples[0][r]), fig(samples[j][r])
+			fmt.Printf(" %d: %.2f×, %.2f×, %.2f×;", r+1, b.rate/a.rate, b.srvCPU/a.srvCPU, b.redisCPU/max(a.redisCPU, 1e-9))
+		}
+		fmt.Println()
 	}
-	fmt.Println()
 	fmt.Println()
 }
