@@ -1,10 +1,11 @@
 // Command rlspeer measures sluice-ratelimit (cmd/ratelimit) side by side with a reference
 // decision service (bench/rlsref: what envoyproxy/ratelimit's Redis driver does, one pipelined
-// INCRBY and EXPIRE per descriptor on a fixed-window key) in one invocation: both binaries
+// INCRBY and EXPIRE per descriptor on a fixed-window key) in one invocation: the binaries
 // against the same redis-server, under the same closed-loop gRPC load from this process (one
 // HTTP/2 connection per service, -clients concurrent callers, one descriptor per request, a
-// fixed window of one second that never denies), in rounds that alternate which service goes
-// first. Per service and round: decisions per second, CPU per decision of the service's process
+// fixed window of one second that never denies), in rounds in which each service goes first in
+// turn. sluice-ratelimit runs twice: with the policy's default response headers (Both) and with
+// None (the peer sends none by default); -leased adds a third whose rule leases units. Per service and round: decisions per second, CPU per decision of the service's process
 // and of redis-server (utime+stime from /proc), the latency of a call at the client (p50, p99),
 // and Redis commands per decision (INFO commandstats, INFO's own calls left out). It prints a
 // Markdown section for bench/results.md with the medians of the rounds and the ratios
@@ -44,7 +45,7 @@ import (
 func main() {
 	clients := flag.Int("clients", 32, "concurrent closed-loop callers per service")
 	duration := flag.Duration("duration", 3*time.Second, "length of each service's phase in a round")
-	rounds := flag.Int("rounds", 3, "rounds; each measures both services, alternating which goes first")
+	rounds := flag.Int("rounds", 3, "rounds; each measures every service, each first in turn")
 	sluiceBin := flag.String("sluice-bin", "", "sluice-ratelimit binary (default: go build ./cmd/ratelimit)")
 	refBin := flag.String("ref-bin", "", "reference service binary (default: go build ./bench/rlsref)")
 	leased := flag.Duration("leased", 0, "also measure a second sluice-ratelimit whose rule leases units with this maxAge (0: not)")
@@ -108,15 +109,17 @@ func run(clients int, d time.Duration, rounds int, sluiceBin, refBin string, lea
 		return err
 	}
 	services := []*service{ref}
-	variants := []struct {
-		name  string
-		lease *policy.Lease
-	}{{"sluice-ratelimit", nil}}
+	// Sluice's default response headers (Both: the draft's and the legacy X-RateLimit-*), and
+	// none, as the peer sends by default.
+	type variant struct {
+		name    string
+		headers policy.HeaderStyle
+		lease   *policy.Lease
+	}
+	variants := []variant{{"sluice-ratelimit", policy.HeadersBoth, nil}, {"sluice-ratelimit, headers None", policy.HeadersNone, nil}}
 	if leased > 0 {
-		variants = append(variants, struct {
-			name  string
-			lease *policy.Lease
-		}{fmt.Sprintf("sluice-ratelimit, rule leased (maxAge %s)", leased), &policy.Lease{MaxAgeMs: leased.Milliseconds()}})
+		variants = append(variants, variant{fmt.Sprintf("sluice-ratelimit, rule leased (maxAge %s)", leased), policy.HeadersBoth,
+			&policy.Lease{MaxAgeMs: leased.Milliseconds()}})
 	}
 	for i, v := range variants {
 		doc := &policy.Document{Version: policy.Version, Namespace: "bench", Policies: []policy.Policy{{
@@ -124,7 +127,7 @@ func run(clients int, d time.Duration, rounds int, sluiceBin, refBin string, lea
 			// Closed: a Redis call the loaded machine made late fails the run instead of
 			// being decided from the local share, which would not be a Redis decision.
 			FailureMode: policy.FailureClosed,
-			Response:    policy.Response{StatusCode: 429, Headers: policy.HeadersBoth},
+			Response:    policy.Response{StatusCode: 429, Headers: v.headers},
 			Rules: []policy.Rule{{Name: "per-second", Algorithm: "FixedWindow", Limit: limit, WindowMs: 1000, Cost: 1, Mode: policy.Enforce,
 				Match: &policy.Match{Descriptors: []policy.DescriptorEntry{{Key: "generic_key", Value: "bench"}}},
 				Key:   []policy.KeyPart{{Source: policy.SourceDescriptor, Name: "generic_key"}}, Lease: v.lease}},
@@ -410,9 +413,9 @@ func report(services []*service, samples [][]sample, clients int, d time.Duratio
 
 	fmt.Printf("## RLS server vs a reference decision service (envoyproxy/ratelimit's Redis driver)\n\n")
 	fmt.Printf("`go run ./bench/rlspeer -clients %d -duration %s -rounds %d%s` (load average %s at the start, %s at the end): "+
-		"sluice-ratelimit (cmd/ratelimit) (and, with -leased, a second one whose rule leases units) and bench/rlsref (what envoyproxy/ratelimit's Redis driver does: per descriptor one pipelined INCRBY and EXPIRE on a fixed-window key) "+
+		"sluice-ratelimit (cmd/ratelimit) with the policy's default response headers (Both: response_headers_to_add carries the draft's and the legacy X-RateLimit-* fields), again with headers None (the peer sends none by default) and, with -leased, with the rule leasing units, and bench/rlsref (what envoyproxy/ratelimit's Redis driver does: per descriptor one pipelined INCRBY and EXPIRE on a fixed-window key) "+
 		"as separate processes against one redis-server, %d closed-loop gRPC callers from the bench process, one descriptor per request, a one-second fixed window that never denies; "+
-		"%d rounds of %s per service, alternating which goes first. CPU is each process's utime+stime from /proc over its phase; Redis commands from INFO commandstats. "+
+		"%d rounds of %s per service, each service first in turn. CPU is each process's utime+stime from /proc over its phase; Redis commands from INFO commandstats. "+
 		"Medians of the rounds; ratio = sluice-ratelimit ÷ reference (decisions/s: higher is better; the rest: lower is better).\n\n",
 		clients, d, rounds, extra, load0, load1, clients, rounds, d)
 	fmt.Print("| service |")
