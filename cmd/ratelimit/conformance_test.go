@@ -26,7 +26,6 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -422,30 +421,13 @@ func writePolicies(t *testing.T, file, yaml string) {
 	}
 }
 
-var (
-	buildOnce sync.Once
-	binPath   string
-	buildErr  error
-)
+// rlsBin is the sluice-ratelimit binary the tests run, built once per test process.
+var rlsBin = proc.Binary{Name: "sluice-ratelimit"}
 
-// rlsBinary builds sluice-ratelimit once per test process and returns its path.
-func rlsBinary(t *testing.T) string {
-	t.Helper()
-	buildOnce.Do(func() {
-		dir, err := os.MkdirTemp("", "sluice-ratelimit-test-")
-		if err != nil {
-			buildErr = err
-			return
-		}
-		binPath = filepath.Join(dir, "sluice-ratelimit")
-		if out, err := exec.Command("go", "build", "-o", binPath, ".").CombinedOutput(); err != nil {
-			buildErr = fmt.Errorf("go build: %w\n%s", err, out)
-		}
-	})
-	if buildErr != nil {
-		t.Fatal(buildErr)
-	}
-	return binPath
+func TestMain(m *testing.M) {
+	code := m.Run()
+	rlsBin.Remove()
+	os.Exit(code)
 }
 
 // rlsProcess is one running sluice-ratelimit and a gRPC client of it.
@@ -460,7 +442,7 @@ type rlsProcess struct {
 // every 100ms besides file events, so a reload is quick.
 func startRLS(t *testing.T, cfg, redisURL string) *rlsProcess {
 	t.Helper()
-	bin := rlsBinary(t)
+	bin := rlsBin.Path(t)
 	grpcAddr, admin := freeLoopback(t), freeLoopback(t)
 	args := []string{"--grpc-listen", grpcAddr, "--metrics-listen", admin, "--config", cfg,
 		"--redis-url", redisURL, "--redis-timeout", "30s", "--reload-interval", "100ms", "--log-level", "debug"}
