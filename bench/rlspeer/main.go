@@ -48,7 +48,7 @@ func main() {
 	rounds := flag.Int("rounds", 3, "rounds; each measures every service, each first in turn")
 	sluiceBin := flag.String("sluice-bin", "", "sluice-ratelimit binary (default: go build ./cmd/ratelimit)")
 	refBin := flag.String("ref-bin", "", "reference service binary (default: go build ./bench/rlsref)")
-	leased := flag.Duration("leased", 0, "also measure a second sluice-ratelimit whose rule leases units with this maxAge (0: not)")
+	leased := flag.Duration("leased", 0, "also measure a sluice-ratelimit whose rule leases units with this maxAge (0: not)")
 	flag.Parse()
 	if err := run(*clients, *duration, *rounds, *sluiceBin, *refBin, *leased); err != nil {
 		fmt.Fprintln(os.Stderr, "rlspeer:", err)
@@ -62,6 +62,10 @@ type service struct {
 	pid    int
 	client rlsv3.RateLimitServiceClient
 }
+
+// limit is the rule of every service: a fixed window of one second (the peer's per-second
+// limit) that never denies, so that every service does the same work on every call.
+const limit = limiter.MaxLimit
 
 // sample is one service's figures in one round.
 type sample struct {
@@ -101,10 +105,7 @@ func run(clients int, d time.Duration, rounds int, sluiceBin, refBin string, lea
 		return err
 	}
 
-	// One rule that never denies, so that both services do the same work on every call: a
-	// fixed window of one second (the peer's per-second limit) of limiter.MaxLimit.
-	const limit = limiter.MaxLimit
-	ref, err := startRef(refBin, redis.Addr(), limit, dir)
+	ref, err := startRef(refBin, redis.Addr(), dir)
 	if err != nil {
 		return err
 	}
@@ -170,6 +171,8 @@ func run(clients int, d time.Duration, rounds int, sluiceBin, refBin string, lea
 	return nil
 }
 
+var readyClient = &http.Client{Timeout: 10 * time.Second}
+
 // startSluice runs sluice-ratelimit on free loopback ports and waits for /readyz.
 func startSluice(bin, cfg, redisURL, logPath string) (*service, error) {
 	grpcAddr, err := freeAddr()
@@ -188,7 +191,7 @@ func startSluice(bin, cfg, redisURL, logPath string) (*service, error) {
 	}
 	deadline := time.Now().Add(proc.Patience)
 	for {
-		resp, err := http.Get("http://" + admin + "/readyz")
+		resp, err := readyClient.Get("http://" + admin + "/readyz")
 		if err == nil {
 			_, _ = io.Copy(io.Discard, resp.Body)
 			_ = resp.Body.Close()
@@ -205,7 +208,7 @@ func startSluice(bin, cfg, redisURL, logPath string) (*service, error) {
 }
 
 // startRef runs the reference service and reads its address from its first line.
-func startRef(bin, redisAddr string, limit int64, dir string) (*service, error) {
+func startRef(bin, redisAddr, dir string) (*service, error) {
 	cmd := proc.Own(exec.Command(bin, "-redis-addr", redisAddr, "-limit", strconv.FormatInt(limit, 10), "-unit", "second"))
 	out, err := cmd.StdoutPipe()
 	if err != nil {
