@@ -63,6 +63,9 @@ type service struct {
 	client rlsv3.RateLimitServiceClient
 }
 
+// benchName names the namespace, policy, domain and descriptor value of the benchmark.
+const benchName = "bench"
+
 // limit is the rule of every service: a fixed window of one second (the peer's per-second
 // limit) that never denies, so that every service does the same work on every call.
 const limit = limiter.MaxLimit
@@ -123,14 +126,14 @@ func run(clients int, d time.Duration, rounds int, sluiceBin, refBin string, lea
 			&policy.Lease{MaxAgeMs: leased.Milliseconds()}})
 	}
 	for i, v := range variants {
-		doc := &policy.Document{Version: policy.Version, Namespace: "bench", Policies: []policy.Policy{{
-			Name: "bench", Domain: "bench", Selector: &metav1.LabelSelector{}, Replicas: 1,
+		doc := &policy.Document{Version: policy.Version, Namespace: benchName, Policies: []policy.Policy{{
+			Name: benchName, Domain: benchName, Selector: &metav1.LabelSelector{}, Replicas: 1,
 			// Closed: a Redis call the loaded machine made late fails the run instead of
 			// being decided from the local share, which would not be a Redis decision.
 			FailureMode: policy.FailureClosed,
 			Response:    policy.Response{StatusCode: 429, Headers: v.headers},
 			Rules: []policy.Rule{{Name: "per-second", Algorithm: "FixedWindow", Limit: limit, WindowMs: 1000, Cost: 1, Mode: policy.Enforce,
-				Match: &policy.Match{Descriptors: []policy.DescriptorEntry{{Key: "generic_key", Value: "bench"}}},
+				Match: &policy.Match{Descriptors: []policy.DescriptorEntry{{Key: "generic_key", Value: benchName}}},
 				Key:   []policy.KeyPart{{Source: policy.SourceDescriptor, Name: "generic_key"}}, Lease: v.lease}},
 		}}}
 		b, err := policy.Marshal(doc)
@@ -149,8 +152,8 @@ func run(clients int, d time.Duration, rounds int, sluiceBin, refBin string, lea
 		services = append(services, s)
 	}
 
-	req := &rlsv3.RateLimitRequest{Domain: "bench", Descriptors: []*rlsv3common.RateLimitDescriptor{{
-		Entries: []*rlsv3common.RateLimitDescriptor_Entry{{Key: "generic_key", Value: "bench"}}}}}
+	req := &rlsv3.RateLimitRequest{Domain: benchName, Descriptors: []*rlsv3common.RateLimitDescriptor{{
+		Entries: []*rlsv3common.RateLimitDescriptor_Entry{{Key: "generic_key", Value: benchName}}}}}
 	samples := make([][]sample, len(services))
 	load0 := loadavg()
 	for round := range rounds {
@@ -198,9 +201,11 @@ func startSluice(bin, cfg, redisURL, logPath string) (*service, error) {
 			if resp.StatusCode == http.StatusOK {
 				break
 			}
+			err = errors.New("/readyz: " + resp.Status)
 		}
 		if time.Now().After(deadline) {
-			return nil, fmt.Errorf("sluice-ratelimit not ready after %s (%v)", proc.Patience, err)
+			log, _ := os.ReadFile(logPath)
+			return nil, fmt.Errorf("sluice-ratelimit not ready after %s: %w\n%s", proc.Patience, err, log)
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
@@ -223,9 +228,12 @@ func startRef(bin, redisAddr, dir string) (*service, error) {
 		return nil, err
 	}
 	line, err := bufio.NewReader(out).ReadString('\n')
+	if err != nil {
+		return nil, fmt.Errorf("reading rlsref's address: %w", err)
+	}
 	addr, ok := strings.CutPrefix(strings.TrimSpace(line), "listening ")
-	if err != nil || !ok {
-		return nil, fmt.Errorf("rlsref said %q (%v)", line, err)
+	if !ok {
+		return nil, fmt.Errorf("rlsref said %q, not its address", line)
 	}
 	return dial("reference (envoyproxy/ratelimit's Redis driver)", cmd.Process.Pid, addr)
 }
