@@ -19,6 +19,10 @@
 #      through the real manager binary against envtest, with --render-interval 0 and 1s.
 #   5. RLS server: bench/rlsbench, decisions/s and CPU per decision of ShouldRateLimit under
 #      closed-loop gRPC load, as a ratio to the sidecar's decision path in the same run.
+#   5b. RLS server vs its peer: bench/rlspeer, the sluice-ratelimit binary and a reference
+#      decision service (bench/rlsref: envoyproxy/ratelimit's Redis driver, a pipelined INCRBY
+#      and EXPIRE per descriptor) under the same gRPC load and redis-server: decisions/s,
+#      service and Redis CPU per decision, p50/p99 and Redis commands per decision, as ratios.
 #
 # Installs wrk, nginx and redis via apt when missing. About 5 minutes on a quiet 2-CPU machine with
 # the defaults, 9 to 11 on a busy one.
@@ -26,7 +30,8 @@
 # (store and proxy repeats; medians are reported), PROXY_DURATION=5 (seconds per proxy run),
 # STORE_DURATION=2s, REDISCPU_BASE_BIN= (bench/rediscpu built at an earlier commit, to compare
 # side by side), RATE=1000 (fixed-rate run), REDIS_N=50000 and REDIS_TAKES=10000 (bench/redis.sh's
-# N and TAKES), BENCHSTAT=path.
+# N and TAKES), RLS_CLIENTS=16 and RLS_DURATION=3s (bench/rlsbench), RLSPEER_CLIENTS=32,
+# RLSPEER_DURATION=3s and RLSPEER_ROUNDS=5 (bench/rlspeer), BENCHSTAT=path.
 set -euo pipefail
 
 BENCH_COUNT=${BENCH_COUNT:-5}
@@ -143,4 +148,7 @@ echo "loadavg_end	$(cut -d' ' -f1-3 /proc/loadavg)" >> "$OUT/machine.tsv"
 python3 bench/report.py results "$OUT" > bench/results.md
 echo "# 5/5 RLS server vs the sidecar's decision path" >&2
 go run ./bench/rlsbench -clients "${RLS_CLIENTS:-16}" -duration "${RLS_DURATION:-3s}" | tee "$OUT/rls.md" >> bench/results.md
+echo "# 5b/5 RLS server vs a reference decision service (envoyproxy/ratelimit's Redis driver)" >&2
+go run ./bench/rlspeer -clients "${RLSPEER_CLIENTS:-32}" -duration "${RLSPEER_DURATION:-3s}" -rounds "${RLSPEER_ROUNDS:-5}" |
+  tee "$OUT/rlspeer.md" >> bench/results.md
 echo "# wrote bench/results.md" >&2

@@ -22,41 +22,18 @@ import (
 	st "github.com/sluice-dev/sluice/internal/testutil/sidecartest"
 )
 
-// The black-box tests in this package run the built sluice-sidecar binary. It is built once
-// per test process into binDir, which TestMain removes at the end.
-var (
-	binDir    string
-	buildOnce sync.Once
-	binPath   string
-	buildErr  error
-)
+// The black-box tests in this package run the built sluice-sidecar binary, built once per test
+// process; TestMain removes it at the end.
+var sidecarBin = proc.Binary{Name: "sluice-sidecar"}
 
 func TestMain(m *testing.M) {
 	code := m.Run()
-	if binDir != "" {
-		_ = os.RemoveAll(binDir)
-	}
+	sidecarBin.Remove()
 	os.Exit(code)
 }
 
 // sidecarBinary builds sluice-sidecar once per test process and returns its path.
-func sidecarBinary(t testing.TB) string {
-	t.Helper()
-	buildOnce.Do(func() {
-		binDir, buildErr = os.MkdirTemp("", "sluice-sidecar-test-")
-		if buildErr != nil {
-			return
-		}
-		binPath = filepath.Join(binDir, "sluice-sidecar")
-		if out, err := exec.Command("go", "build", "-o", binPath, ".").CombinedOutput(); err != nil {
-			buildErr = fmt.Errorf("go build: %w\n%s", err, out)
-		}
-	})
-	if buildErr != nil {
-		t.Fatal(buildErr)
-	}
-	return binPath
-}
+func sidecarBinary(t testing.TB) string { return sidecarBin.Path(t) }
 
 // sidecar is one running sluice-sidecar process.
 type sidecar struct {
