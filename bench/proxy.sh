@@ -12,7 +12,7 @@
 #
 # Each wrk run also reads the CPU time (utime+stime from /proc, children included: nginx's
 # workers) the proxy process spent serving it, divided by the requests wrk completed, and the
-# proxy's resident memory (VmRSS at the end of the run, and its peak VmHWM); they are printed as
+# proxy's resident memory (VmRSS at the end of the run, and its peak VmHWM during the run); they are printed as
 # ratios to nginx's and to the bare proxy's in the same repeat, and after the last repeat as
 # the medians of those per-repeat ratios (a markdown table).
 #
@@ -157,7 +157,9 @@ declare -A RPS P50 P99 FIX CPU RSS HWM
 run_wrk() { # repeat name port pid (0: not a proxy)
   curl -sf "http://127.0.0.1:$3/" >/dev/null
   wrk -t1 -c8 -d1s "http://127.0.0.1:$3/" >/dev/null # warm connections
-  local t0=0 t1=0
+  local t0=0 t1=0 p
+  # The peak (VmHWM) from here on: writing 5 to clear_refs resets it to the current RSS.
+  [ "$4" = 0 ] || for p in "$4" $(pgrep -P "$4" || true); do echo 5 > "/proc/$p/clear_refs" 2>/dev/null || true; done
   [ "$4" = 0 ] || t0=$(ticks "$4")
   local out; out=$(wrk -t"$THREADS" -c"$CONNS" -d"${DURATION}s" --latency "http://127.0.0.1:$3/")
   [ "$4" = 0 ] || t1=$(ticks "$4")
@@ -220,7 +222,7 @@ for name, s in (("sidecar+redis", r), ("sidecar-local", l)):
 EOF
 done
 
-echo "## medians of the $BENCH_REPEAT repeats' ratios (wrk -t$THREADS -c$CONNS -d${DURATION}s; CPU of each proxy process per request from /proc; peak RSS is VmHWM since start)"
+echo "## medians of the $BENCH_REPEAT repeats' ratios (wrk -t$THREADS -c$CONNS -d${DURATION}s; CPU of each proxy process per request from /proc; peak RSS is VmHWM during the wrk runs, the highest of the repeats)"
 python3 - "$WORK/cpu.tsv" <<'EOF'
 import sys
 from statistics import median

@@ -288,7 +288,7 @@ def section_proxy(out):
             "Cost of each proxy process during the closed-loop runs: CPU time (utime+stime from /proc, nginx's "
             "workers included) divided by the requests wrk completed, as the median over the repeats of its ratio "
             "to nginx's and to the bare fasthttp proxy's in the same repeat (lower is better), and the process's "
-            "peak resident memory (VmHWM). The Redis rule's work inside redis-server is not included.",
+            "peak resident memory during the closed-loop runs (VmHWM, reset before each). The Redis rule's work inside redis-server is not included.",
             "",
             "| target | µs of CPU per request | ÷ nginx limit_req | ÷ bare fasthttp proxy | req/s ÷ nginx | req/s ÷ bare | peak RSS | goal |",
             "|---|--:|--:|--:|--:|--:|--:|---|",

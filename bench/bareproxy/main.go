@@ -1,7 +1,9 @@
 // Command bareproxy is the reference bench/proxy.sh measures the sidecar against: a bare
 // fasthttp reverse proxy with the sidecar's server and upstream HostClient settings and
 // nothing else (no header scan, no decision, no metrics). What the sidecar costs above it is
-// what Sluice adds; what it costs itself is the floor of a Go proxy on fasthttp.
+// what Sluice adds; what it costs itself is the floor of a Go proxy on fasthttp. The settings
+// are spelled out here, not taken from sidecar/proxy: importing it would link and initialise
+// the sidecar's packages (metrics registry, limiter) into the reference it is measured against.
 package main
 
 import (
