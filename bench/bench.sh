@@ -14,7 +14,8 @@
 #      two sidecars' lease engines on one hot key, store calls and Redis CPU per decision; then
 #      two sidecar binaries under wrk, leased vs local vs exact, req/s and CPU per request.
 #   3. Proxy path: bench/proxy.sh, wrk and a fixed-rate run against direct, nginx limit_req,
-#      and the sidecar with no policy, a never-denying Redis rule, and local mode.
+#      a bare fasthttp proxy (bench/bareproxy), and the sidecar with no policy, a never-denying
+#      rule exact in Redis, leased from Redis, and local; CPU per request as ratios to both.
 #   4. Control plane: bench/controlplane, a rolling update of 500 pods matched by 20 policies
 #      through the real manager binary against envtest, with --render-interval 0 and 1s.
 #   5. RLS server: bench/rlsbench, decisions/s and CPU per decision of ShouldRateLimit under
@@ -27,7 +28,8 @@
 # Installs wrk, nginx and redis via apt when missing. About 5 minutes on a quiet 2-CPU machine with
 # the defaults, 9 to 11 on a busy one.
 # Knobs: BENCH_COUNT=5 (limiter rounds), BENCH_TIME=100ms (go test -benchtime), BENCH_REPEAT=1
-# (store and proxy repeats; medians are reported), PROXY_DURATION=5 (seconds per proxy run),
+# (store repeats; medians are reported), PROXY_REPEAT=3 (proxy repeats, interleaved; medians of
+# their ratios), PROXY_DURATION=5 (seconds per proxy run),
 # STORE_DURATION=2s, REDISCPU_BASE_BIN= (bench/rediscpu built at an earlier commit, to compare
 # side by side), RATE=1000 (fixed-rate run), REDIS_N=50000 and REDIS_TAKES=10000 (bench/redis.sh's
 # N and TAKES), RLS_CLIENTS=16 and RLS_DURATION=3s (bench/rlsbench), RLSPEER_CLIENTS=32,
@@ -38,6 +40,7 @@ BENCH_COUNT=${BENCH_COUNT:-5}
 BENCH_TIME=${BENCH_TIME:-100ms}
 BENCH_REPEAT=${BENCH_REPEAT:-1}
 PROXY_DURATION=${PROXY_DURATION:-5}
+PROXY_REPEAT=${PROXY_REPEAT:-3}
 STORE_DURATION=${STORE_DURATION:-2s}
 RATE=${RATE:-1000}
 REDIS_N=${REDIS_N:-50000}
@@ -119,7 +122,7 @@ echo "# 2d/5 bench/lease.sh: leased limits, two sidecars (engines, then binaries
 OUT=$OUT DURATION=$STORE_DURATION bench/lease.sh > /dev/null
 
 echo "# 3/5 proxy path" >&2
-OUT=$OUT DURATION=$PROXY_DURATION RATE=$RATE BENCH_REPEAT=$BENCH_REPEAT PROFILE=0 OUTAGE=0 bench/proxy.sh | tee "$OUT/proxy.txt"
+OUT=$OUT DURATION=$PROXY_DURATION RATE=$RATE BENCH_REPEAT=$PROXY_REPEAT PROFILE=0 OUTAGE=0 bench/proxy.sh | tee "$OUT/proxy.txt"
 
 echo "# 4/5 control plane: a rolling update through a real manager, per --render-interval" >&2
 go build -o "$OUT/manager" ./cmd/manager
@@ -142,8 +145,8 @@ echo "loadavg_end	$(cut -d' ' -f1-3 /proc/loadavg)" >> "$OUT/machine.tsv"
   echo "store	OUT=bench/out CALLERS=1,8,50 STORE_DURATION=$STORE_DURATION BENCH_REPEAT=$BENCH_REPEAT bench/store.sh"
   sed 's/^/store	  /' "$OUT/store-commands.txt"
   echo "lease	OUT=bench/out DURATION=$STORE_DURATION bench/lease.sh  (wrk -t1 -c16 -d5s per sidecar, 3 rounds)"
-  echo "proxy	OUT=bench/out DURATION=$PROXY_DURATION RATE=$RATE BENCH_REPEAT=$BENCH_REPEAT PROFILE=0 OUTAGE=0 bench/proxy.sh"
-  echo "proxy	  wrk -t2 -c64 -d${PROXY_DURATION}s --latency URL; bench/loadgen -url URL -rate $RATE -duration ${PROXY_DURATION}s"
+  echo "proxy	OUT=bench/out DURATION=$PROXY_DURATION RATE=$RATE BENCH_REPEAT=$PROXY_REPEAT PROFILE=0 OUTAGE=0 bench/proxy.sh"
+  echo "proxy	  wrk -t1 -c32 -d${PROXY_DURATION}s --latency URL; bench/loadgen -url URL -rate $RATE -duration ${PROXY_DURATION}s"
 } > "$OUT/commands.tsv"
 python3 bench/report.py results "$OUT" > bench/results.md
 echo "# 5/5 RLS server vs the sidecar's decision path" >&2

@@ -1,29 +1,36 @@
 #!/usr/bin/env bash
-# Benchmarks the sidecar against a direct connection and nginx, on loopback only.
+# Benchmarks the sidecar against a direct connection, nginx and a bare fasthttp proxy, on
+# loopback only.
 #
 # Starts everything itself on free loopback ports (a tiny Go upstream, redis-server, nginx with
-# a keep-alive upstream and limit_req at a rate that never denies, the sidecar in three
-# configurations), runs wrk for DURATION seconds per target, then a fixed-rate open-loop run at
-# RATE req/s, a CPU profile of the sidecar deciding through Redis, and an outage run (redis
-# killed with SIGKILL and restarted under load). Everything it started is stopped on exit.
+# a keep-alive upstream and limit_req at a rate that never denies, bench/bareproxy: the
+# sidecar's fasthttp server and HostClient with nothing else, the sidecar in four
+# configurations: no policy, the rule decided in Redis (exact), leased from Redis, local), runs
+# wrk for DURATION seconds per target, then a fixed-rate open-loop run at RATE req/s, a CPU
+# profile of the sidecar deciding through Redis, and an outage run (redis killed with SIGKILL
+# and restarted under load). Everything it started is stopped on exit.
 #
 # Each wrk run also reads the CPU time (utime+stime from /proc, children included: nginx's
 # workers) the proxy process spent serving it, divided by the requests wrk completed, and the
-# proxy's resident memory (VmRSS) at the end of the run; both are printed as ratios to nginx's.
+# proxy's resident memory (VmRSS at the end of the run, and its peak VmHWM during the run); they are printed as
+# ratios to nginx's and to the bare proxy's in the same repeat, and after the last repeat as
+# the medians of those per-repeat ratios (a markdown table).
 #
 # Needs: go, wrk, nginx, redis-server, python3. Usage: bench/proxy.sh  (DURATION=10 RATE=1000
-# CONNS=64 THREADS=2 to change the defaults; BENCH_REPEAT=3 repeats the wrk and fixed-rate runs;
+# CONNS=32 THREADS=1 to change the defaults; BENCH_REPEAT=3 repeats the wrk and fixed-rate runs;
+# FIXED=0 skips the fixed-rate runs;
 # PROFILE=0 and OUTAGE=0 skip the profile and the outage run; BASELINE=path/to/sluice-sidecar adds
 # that binary in the same three configurations as "baseline-..." targets, to compare two builds in
 # one run; OUT=dir also writes each result as a tab-separated line to dir/proxy.tsv, "repeat
 # wrk|fixed target req/s p50-ms p99-ms non-2xx" and "repeat cpu target us-per-request rss-kib
-# requests", and wrk's outputs next to it, for bench/bench.sh).
+# requests peak-rss-kib", and wrk's outputs next to it, for bench/bench.sh).
 set -euo pipefail
 
 DURATION=${DURATION:-10}
 RATE=${RATE:-1000}
-CONNS=${CONNS:-64}
-THREADS=${THREADS:-2}
+CONNS=${CONNS:-32}
+THREADS=${THREADS:-1}
+FIXED=${FIXED:-1}
 BENCH_REPEAT=${BENCH_REPEAT:-1}
 PROFILE=${PROFILE:-1}
 OUTAGE=${OUTAGE:-1}
@@ -43,8 +50,9 @@ echo "# building" >&2
 go build -o "$WORK/sluice-sidecar" ./sidecar
 go build -o "$WORK/upstream" ./cmd/upstream
 go build -o "$WORK/loadgen" ./bench/loadgen
+go build -o "$WORK/bareproxy" ./bench/bareproxy
 
-UP=$(freeport); REDIS=$(freeport); NGINX=$(freeport)
+UP=$(freeport); REDIS=$(freeport); NGINX=$(freeport); BARE=$(freeport)
 "$WORK/upstream" -listen "127.0.0.1:$UP" & PIDS+=($!)
 redis-server --port "$REDIS" --bind 127.0.0.1 --save "" --appendonly no --daemonize no --loglevel warning --dir "$WORK" > "$WORK/redis-server.log" 2>&1 &
 REDIS_PID=$!; PIDS+=($REDIS_PID)
@@ -74,6 +82,9 @@ http {
 }
 EOF
 nginx -c "$WORK/nginx/nginx.conf" -p "$WORK/nginx" & PIDS+=($!)
+NGINX_PID=$!
+"$WORK/bareproxy" -listen "127.0.0.1:$BARE" -upstream "127.0.0.1:$UP" > "$WORK/bareproxy.log" 2>&1 & PIDS+=($!)
+BARE_PID=$!
 
 # A rule that never denies: 10^8 per second per client.
 cat > "$WORK/policies.json" <<'EOF'
@@ -81,6 +92,9 @@ cat > "$WORK/policies.json" <<'EOF'
  "response":{"statusCode":429,"headers":"Both"},
  "rules":[{"name":"per-client","key":[{"source":"clientIP"}],"algorithm":"TokenBucket","limit":100000000,"windowMs":1000,"burst":100000000,"cost":1,"mode":"Enforce"}]}]}
 EOF
+# The same rule leased (bench/lease.sh's lease): decided from a share of the limit held locally.
+sed 's/"mode":"Enforce"}/"mode":"Enforce","lease":{"maxAgeMs":100}}/' "$WORK/policies.json" > "$WORK/leased.json"
+grep -q lease "$WORK/leased.json"
 
 # sidecar NAME CONFIG [extra flags...]: starts a sidecar ($SIDECAR_BIN), sets SC_PORT, SC_METRICS,
 # SC_PID.
@@ -97,16 +111,18 @@ sidecar() {
   echo "sidecar $name not ready" >&2; cat "$WORK/$name.log" >&2; exit 1
 }
 
-waitport "$UP"; waitport "$REDIS"; waitport "$NGINX"
-NGINX_PID=${PIDS[-1]}
+waitport "$UP"; waitport "$REDIS"; waitport "$NGINX"; waitport "$BARE"
 sidecar none "$WORK/absent.json";            NONE=$SC_PORT; NONE_M=$SC_METRICS; NONE_PID=$SC_PID
 sidecar redis "$WORK/policies.json" --redis-url "redis://127.0.0.1:$REDIS/0"; RED=$SC_PORT; RED_M=$SC_METRICS; RED_PID=$SC_PID
+sidecar leased "$WORK/leased.json" --redis-url "redis://127.0.0.1:$REDIS/0"; LEA=$SC_PORT; LEA_PID=$SC_PID
 sidecar local "$WORK/policies.json";          LOC=$SC_PORT; LOC_PID=$SC_PID
-TARGETS=("direct $UP 0" "nginx+limit_req $NGINX $NGINX_PID" "sidecar-no-policy $NONE $NONE_PID" "sidecar+redis $RED $RED_PID" "sidecar-local $LOC $LOC_PID")
+TARGETS=("direct $UP 0" "nginx+limit_req $NGINX $NGINX_PID" "bare-fasthttp $BARE $BARE_PID" "sidecar-no-policy $NONE $NONE_PID"
+  "sidecar+redis $RED $RED_PID" "sidecar-leased $LEA $LEA_PID" "sidecar-local $LOC $LOC_PID")
 if [ -n "$BASELINE" ]; then
   SIDECAR_BIN=$BASELINE
   sidecar base-none "$WORK/absent.json"; B_NONE_M=$SC_METRICS; TARGETS+=("baseline-no-policy $SC_PORT $SC_PID")
   sidecar base-redis "$WORK/policies.json" --redis-url "redis://127.0.0.1:$REDIS/0"; B_RED_M=$SC_METRICS; TARGETS+=("baseline+redis $SC_PORT $SC_PID")
+  sidecar base-leased "$WORK/leased.json" --redis-url "redis://127.0.0.1:$REDIS/0"; TARGETS+=("baseline-leased $SC_PORT $SC_PID")
   sidecar base-local "$WORK/policies.json"; TARGETS+=("baseline-local $SC_PORT $SC_PID")
   SIDECAR_BIN=$WORK/sluice-sidecar
 fi
@@ -125,22 +141,25 @@ ticks() {
   done
   echo "$t"
 }
-# rss PID: resident KiB of PID and its children.
+# rss PID [FIELD]: resident KiB (VmRSS, or FIELD: VmHWM is the peak) of PID and its children.
 rss() {
   local t=0 p s
   for p in "$1" $(pgrep -P "$1" || true); do
-    s=$(awk '/^VmRSS:/ {print $2}' "/proc/$p/status" 2>/dev/null || echo 0)
+    s=$(awk -v f="${2:-VmRSS}:" '$1 == f {print $2}' "/proc/$p/status" 2>/dev/null || echo 0)
     t=$((t + ${s:-0}))
   done
   echo "$t"
 }
 HZ=$(getconf CLK_TCK)
 
-declare -A RPS P50 P99 FIX CPU RSS
+declare -A RPS P50 P99 FIX CPU RSS HWM
+: > "$WORK/cpu.tsv" # repeat target us-per-request rss-kib peak-rss-kib req/s, for the medians
 run_wrk() { # repeat name port pid (0: not a proxy)
   curl -sf "http://127.0.0.1:$3/" >/dev/null
   wrk -t1 -c8 -d1s "http://127.0.0.1:$3/" >/dev/null # warm connections
-  local t0=0 t1=0
+  local t0=0 t1=0 p
+  # The peak (VmHWM) from here on: writing 5 to clear_refs resets it to the current RSS.
+  [ "$4" = 0 ] || for p in "$4" $(pgrep -P "$4" || true); do echo 5 > "/proc/$p/clear_refs" 2>/dev/null || true; done
   [ "$4" = 0 ] || t0=$(ticks "$4")
   local out; out=$(wrk -t"$THREADS" -c"$CONNS" -d"${DURATION}s" --latency "http://127.0.0.1:$3/")
   [ "$4" = 0 ] || t1=$(ticks "$4")
@@ -150,15 +169,16 @@ run_wrk() { # repeat name port pid (0: not a proxy)
   P99[$2]=$(awk '$1=="99%" {print $2}' <<<"$out")
   local bad; bad=$(awk '/Non-2xx/ {print $5}' <<<"$out")
   local n; n=$(awk '/requests in/ {print $1}' <<<"$out")
-  local cpu="-" mem="-"
+  local cpu="-" mem="-" hwm="-"
   if [ "$4" != 0 ]; then
     cpu=$(awk -v d=$((t1 - t0)) -v hz="$HZ" -v n="$n" 'BEGIN { printf "%.1f", d / hz / n * 1e6 }')
-    mem=$(rss "$4")
-    CPU[$2]=$cpu; RSS[$2]=$mem
-    record "$1" cpu "$2" "$cpu" "$mem" "$n"
+    mem=$(rss "$4"); hwm=$(rss "$4" VmHWM)
+    CPU[$2]=$cpu; RSS[$2]=$mem; HWM[$2]=$hwm
+    record "$1" cpu "$2" "$cpu" "$mem" "$n" "$hwm"
+    printf '%s\t%s\t%s\t%s\t%s\t%s\n' "$1" "$2" "$cpu" "$mem" "$hwm" "${RPS[$2]}" >> "$WORK/cpu.tsv"
   fi
-  printf '%-22s %10s req/s  p50 %8s  p99 %8s  non-2xx %-6s CPU %6s us/req  RSS %6s KiB\n' \
-    "$2" "${RPS[$2]}" "${P50[$2]}" "${P99[$2]}" "${bad:-0}" "$cpu" "$mem"
+  printf '%-22s %10s req/s  p50 %8s  p99 %8s  non-2xx %-6s CPU %6s us/req  RSS %6s KiB (peak %s)\n' \
+    "$2" "${RPS[$2]}" "${P50[$2]}" "${P99[$2]}" "${bad:-0}" "$cpu" "$mem" "$hwm"
   record "$1" wrk "$2" "${RPS[$2]}" "$(ms "${P50[$2]}")" "$(ms "${P99[$2]}")" "${bad:-0}"
 }
 run_fixed() { # repeat name port
@@ -177,24 +197,17 @@ for rep in $(seq "$BENCH_REPEAT"); do
     read -r name port pid <<<"$t"
     run_wrk "$rep" "$name" "$port" "$pid"
   done
-  args=()
-  for t in "${TARGETS[@]}"; do
-    read -r name _ pid <<<"$t"
-    [ "$pid" = 0 ] || args+=("$name" "${RPS[$name]}" "${CPU[$name]}" "${RSS[$name]}")
-  done
-  python3 - "${args[@]}" <<'EOF'
+  python3 - "$WORK/cpu.tsv" "$rep" <<'EOF'
 import sys
-a = sys.argv[1:]
-rows = {a[i]: tuple(map(float, a[i + 1:i + 4])) for i in range(0, len(a), 4)}
-goal = {"sidecar-no-policy": "CPU <= 1.3, req/s >= 0.9", "sidecar-local": "CPU <= 1.4", "sidecar+redis": "CPU <= 1.6, req/s >= 0.8"}
-rps0, cpu0, rss0 = rows["nginx+limit_req"]
-for name, (rps, cpu, rss) in rows.items():
-    if name == "nginx+limit_req":
-        continue
-    print(f"{name:22} / nginx: CPU per request {cpu/cpu0:.2f}  req/s {rps/rps0:.2f}  RSS {rss/rss0:.2f} ({rss/1024:.1f} MiB)"
-          + (f"  (goal {goal[name]})" if name in goal else ""))
+rows = {r[1]: tuple(map(float, r[2:6])) for r in (l.split() for l in open(sys.argv[1])) if r[0] == sys.argv[2]}
+cpu0, _, _, rps0 = rows["nginx+limit_req"]
+cpub, _, _, rpsb = rows["bare-fasthttp"]
+for name, (cpu, rss, hwm, rps) in rows.items():
+    print(f"{name:22} CPU per request / nginx {cpu/cpu0:.2f} / bare {cpu/cpub:.2f}  req/s / nginx {rps/rps0:.2f} / bare {rps/rpsb:.2f}"
+          f"  RSS {rss/1024:.1f} MiB, peak {hwm/1024:.1f} MiB")
 EOF
 
+  [ "$FIXED" = 1 ] || continue
   echo "## repeat $rep/$BENCH_REPEAT: open loop at $RATE req/s for ${DURATION}s (latency from scheduled start)"
   for t in "${TARGETS[@]}"; do
     read -r name port _ <<<"$t"
@@ -208,6 +221,25 @@ for name, s in (("sidecar+redis", r), ("sidecar-local", l)):
     print(f"added latency {name} over direct at fixed rate: p50 +{p(s,'p50')-p(d,'p50'):.3f}ms (goal <= 0.25)  p99 +{p(s,'p99')-p(d,'p99'):.3f}ms (goal <= 0.5)")
 EOF
 done
+
+echo "## medians of the $BENCH_REPEAT repeats' ratios (wrk -t$THREADS -c$CONNS -d${DURATION}s; CPU of each proxy process per request from /proc; peak RSS is VmHWM during the wrk runs, the highest of the repeats)"
+python3 - "$WORK/cpu.tsv" <<'EOF'
+import sys
+from statistics import median
+reps = {}
+for r in (l.split() for l in open(sys.argv[1])):
+    reps.setdefault(r[0], {})[r[1]] = tuple(map(float, r[2:6]))
+names = list(next(iter(reps.values())))
+goal = {"sidecar-no-policy": "CPU ≤ 1.05× bare", "sidecar-local": "CPU ≤ 1.1× bare",
+        "sidecar+redis": "CPU ≤ 1.2× bare, req/s ≥ 0.85× bare"}
+print("| configuration | µs of CPU per request | ÷ nginx limit_req | ÷ bare fasthttp proxy | req/s ÷ nginx | req/s ÷ bare | peak RSS | goal |")
+print("| --- | --: | --: | --: | --: | --: | --: | --- |")
+for n in names:
+    m = lambda f: median(f(r) for r in reps.values())
+    print(f"| {n} | {m(lambda r: r[n][0]):.1f} | {m(lambda r: r[n][0] / r['nginx+limit_req'][0]):.2f} | {m(lambda r: r[n][0] / r['bare-fasthttp'][0]):.2f}"
+          f" | {m(lambda r: r[n][3] / r['nginx+limit_req'][3]):.2f} | {m(lambda r: r[n][3] / r['bare-fasthttp'][3]):.2f}"
+          f" | {max(r[n][2] for r in reps.values()) / 1024:.1f} MiB | {goal.get(n, '')} |")
+EOF
 
 # profile NAME PORT METRICS BINARY: a CPU profile of a sidecar under wrk (8 s), its top entries.
 profile() {

@@ -221,14 +221,16 @@ def section_store(out):
 
 def section_proxy(out):
     rows = read_tsv(os.path.join(out, "proxy.tsv"))
-    targets = ["direct", "nginx+limit_req", "sidecar-no-policy", "sidecar+redis", "sidecar-local",
-               "baseline-no-policy", "baseline+redis", "baseline-local"]
-    data, cpu = {}, {}
+    targets = ["direct", "nginx+limit_req", "bare-fasthttp", "sidecar-no-policy", "sidecar+redis", "sidecar-leased",
+               "sidecar-local", "baseline-no-policy", "baseline+redis", "baseline-leased", "baseline-local"]
+    data, cpu, per = {}, {}, {}
     for r in rows:
         if r[1] == "cpu":
-            c = cpu.setdefault(r[2], {"us": [], "rss": []})
+            c = cpu.setdefault(r[2], {"us": [], "rss": [], "peak": []})
             c["us"].append(float(r[3]))
             c["rss"].append(float(r[4]))
+            c["peak"].append(float(r[6]) if len(r) > 6 else float(r[4]))
+            per.setdefault(r[0], {})[r[2]] = float(r[3])
             continue
         rep, kind, name, rps, p50, p99, bad = r
         d = data.setdefault((kind, name), {"rps": [], "p50": [], "p99": [], "bad": 0})
@@ -242,11 +244,12 @@ def section_proxy(out):
         "## Proxy path on loopback: direct, nginx limit_req, the sidecar",
         "",
         f"bench/proxy.sh: a Go upstream answering `ok`, reached directly, through nginx (keep-alive upstream, "
-        f"`limit_req` at a rate that never denies), and through the sidecar with no policy, with a never-denying "
-        f"TokenBucket rule decided in Redis, and with the same rule decided locally (no --redis-url). Median of "
-        f"{reps} run(s). wrk, the servers and Redis share the CPUs.",
+        f"`limit_req` at a rate that never denies), through bench/bareproxy (the sidecar's fasthttp server and "
+        f"HostClient settings, nothing else), and through the sidecar with no policy, with a never-denying "
+        f"TokenBucket rule decided in Redis (exact), leased from Redis, and decided locally (no --redis-url). "
+        f"Median of {reps} run(s). wrk, the servers and Redis share the CPUs.",
         "",
-        "Closed loop, maximum throughput (`wrk -t2 -c64`): req/s and latency, each as a ratio to direct and to "
+        "Closed loop, maximum throughput (`wrk -t1 -c32`): req/s and latency, each as a ratio to direct and to "
         "nginx (req/s: higher is better; latency: lower is better).",
         "",
         "| target | req/s | ÷ direct | ÷ nginx | p50 | ÷ direct | ÷ nginx | p99 | ÷ direct | ÷ nginx | non-2xx |",
@@ -274,30 +277,31 @@ def section_proxy(out):
                 lines.append(f"| {t} | {fmt_num(v['rps'])} | **{fmt_ratio(v['rps'] / d0['rps'])}** | **{fmt_ratio(v['rps'] / n0['rps'])}** | {lat} | {v['bad']} |")
             else:
                 lines.append(f"| {t} | {fmt_num(v['rps'])} | {lat} | {v['bad']} |")
-    n0 = cpu.get("nginx+limit_req")
-    if n0:
-        us0, rss0 = median(n0["us"]), median(n0["rss"])
+    n0, b0 = cpu.get("nginx+limit_req"), cpu.get("bare-fasthttp")
+    if n0 and b0:
         rps0 = med.get(("wrk", "nginx+limit_req"), {}).get("rps", float("nan"))
-        goals = {"sidecar-no-policy": "CPU ≤ 1.3×, req/s ≥ 0.9×", "sidecar-local": "CPU ≤ 1.4×",
-                 "sidecar+redis": "CPU ≤ 1.6×, req/s ≥ 0.8×"}
+        rpsb = med.get(("wrk", "bare-fasthttp"), {}).get("rps", float("nan"))
+        goals = {"sidecar-no-policy": "CPU ≤ 1.05× bare", "sidecar-local": "CPU ≤ 1.1× bare",
+                 "sidecar+redis": "CPU ≤ 1.2× bare, req/s ≥ 0.85× bare"}
         lines += [
             "",
             "Cost of each proxy process during the closed-loop runs: CPU time (utime+stime from /proc, nginx's "
-            "workers included) divided by the requests wrk completed, and resident memory at the end of the run, "
-            "each as a ratio to nginx's in the same run (lower is better). The Redis rule's work inside "
-            "redis-server is not included.",
+            "workers included) divided by the requests wrk completed, as the median over the repeats of its ratio "
+            "to nginx's and to the bare fasthttp proxy's in the same repeat (lower is better), and the process's "
+            "peak resident memory during the closed-loop runs (VmHWM, reset before each). The Redis rule's work inside redis-server is not included.",
             "",
-            "| target | CPU per request | ÷ nginx | req/s ÷ nginx | RSS | ÷ nginx | goal |",
-            "|---|--:|--:|--:|--:|--:|---|",
+            "| target | µs of CPU per request | ÷ nginx limit_req | ÷ bare fasthttp proxy | req/s ÷ nginx | req/s ÷ bare | peak RSS | goal |",
+            "|---|--:|--:|--:|--:|--:|--:|---|",
         ]
         for t in targets:
             c = cpu.get(t)
             if not c:
                 continue
-            us, rss = median(c["us"]), median(c["rss"])
+            rn = median(p[t] / p["nginx+limit_req"] for p in per.values() if t in p)
+            rb = median(p[t] / p["bare-fasthttp"] for p in per.values() if t in p)
             rps = med.get(("wrk", t), {}).get("rps", float("nan"))
-            lines.append(f"| {t} | {us:.1f} µs | **{fmt_ratio(us / us0)}** | {fmt_ratio(rps / rps0)} | "
-                         f"{rss / 1024:.1f} MiB | {fmt_ratio(rss / rss0)} | {goals.get(t, '')} |")
+            lines.append(f"| {t} | {median(c['us']):.1f} | **{rn:.2f}** | **{rb:.2f}** | {fmt_ratio(rps / rps0)} | "
+                         f"{fmt_ratio(rps / rpsb)} | {max(c['peak']) / 1024:.1f} MiB | {goals.get(t, '')} |")
     lines.append("")
     return lines
 

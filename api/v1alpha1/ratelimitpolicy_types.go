@@ -245,13 +245,15 @@ type BodySpec struct {
 	// +kubebuilder:validation:XValidation:rule="self.matches('^[a-zA-Z0-9!#$&^_.+-]+/[a-zA-Z0-9!#$&^_.+-]+( *; *[a-zA-Z0-9!#$&^_.+-]+=[a-zA-Z0-9!#$&^_.+-]+)*$')",message="must be a media type, such as application/problem+json or text/plain; charset=utf-8"
 	ContentType string `json:"contentType,omitempty"`
 
-	// template is the body of format Template, a Go text/template over the decision's fields:
-	// .Policy, .Rule, .Reason (limited, cost_exceeds_capacity, delay_exceeds_max_delay,
+	// template is the body of format Template, in Go text/template syntax over the decision's
+	// fields: .Policy, .Rule, .Reason (limited, cost_exceeds_capacity, delay_exceeds_max_delay,
 	// no_local_share), .Limit, .Remaining (0), .RetryAfter (seconds, rounded up) and
 	// .RetryAfterMs (both 0 and .CanRetry false when no wait lets the request pass), .ResetAt
-	// (RFC 3339, empty without a retry), .Status and .Message (a sentence; quote it with the
-	// template function json). docs/clients.md has an example.
-	// The controller parses it and rejects a policy whose template does not execute
+	// (RFC 3339, empty without a retry), .Status and .Message (a sentence; quote it with json).
+	// Supported: {{.Field}}, {{json .Field}} and {{.Field | json}}, {{if .Field}} and
+	// {{if not .Field}} with {{else if ...}}, {{else}} and {{end}}, comments and trim markers;
+	// not range, with, variables or other functions. docs/clients.md has an example.
+	// The controller parses it and rejects a policy whose template does not parse
 	// (Accepted=False).
 	// +optional
 	// +kubebuilder:validation:MinLength=1

@@ -182,8 +182,8 @@ const (
 	BodyTemplate BodyFormat = "Template"
 )
 
-// Body is a limited request's body: a Format, and for BodyTemplate the Template (a Go
-// text/template over the decision, see package decide's BodyFields) and its ContentType.
+// Body is a limited request's body: a Format, and for BodyTemplate the Template (Go
+// text/template syntax over TemplateData, see ParseTemplate) and its ContentType.
 type Body struct {
 	Format      BodyFormat `json:"format"`
 	ContentType string     `json:"contentType,omitempty"`

@@ -1,7 +1,6 @@
 package proxy
 
 import (
-	"bytes"
 	"encoding/json"
 	"net/http"
 	"strconv"
@@ -118,12 +117,7 @@ func denial(v *decide.Verdict) (contentType string, body []byte) {
 	case policy.BodyText:
 		return "text/plain; charset=utf-8", []byte(d.Message + "\n")
 	case policy.BodyTemplate:
-		var buf bytes.Buffer
-		if err := p.Template.Execute(&buf, &d); err == nil {
-			return p.ContentType, buf.Bytes()
-		}
-		// The template executed over a sample when it was parsed; the fields are the same.
-		return "text/plain; charset=utf-8", []byte(d.Message + "\n")
+		return p.ContentType, p.Template.Append(nil, &d)
 	}
 	b := deniedBody{Error: "rate_limit_exceeded", Message: d.Message, Reason: d.Reason, Limit: d.Limit,
 		ResetAt: d.ResetAt, Policy: d.Policy, Rule: d.Rule}

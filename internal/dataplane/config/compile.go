@@ -12,7 +12,6 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
-	"text/template"
 	"time"
 
 	"github.com/sluice-dev/sluice/internal/dataplane/keys"
@@ -57,7 +56,7 @@ type Policy struct {
 	// Body is a limited request's body format (BodyJSON when the policy sets none); for
 	// BodyTemplate, Template and ContentType.
 	Body        policy.BodyFormat
-	Template    *template.Template
+	Template    *policy.Template
 	ContentType string
 	Rules       []*Rule
 	Fallback    *metrics.Fallback

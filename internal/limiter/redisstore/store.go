@@ -381,19 +381,21 @@ var reasons = map[int64]limiter.Reason{
 // Keys returns the Redis keys that hold key's state under lim, the script's KEYS (one, in this
 // layout): for inspecting state (MEMORY USAGE, TTL) and in tests. See the package comment.
 func (s *Store) Keys(key string, lim limiter.Limit) []string {
-	var b [32]byte
-	h := sha256.New()
+	// The hashed bytes on the stack for the usual key (no allocation but the key's string).
+	var in [128]byte
 	tag := algTag(lim)
-	_, _ = h.Write([]byte(tag))
-	_, _ = h.Write(strconv.AppendInt(b[:0], lim.WindowMs(), 10))
-	_, _ = h.Write([]byte{0})
-	_, _ = h.Write([]byte(key))
-	sum := h.Sum(b[:0])
+	b := append(in[:0], tag...)
+	b = strconv.AppendInt(b, lim.WindowMs(), 10)
+	b = append(b, 0)
+	b = append(b, key...)
+	sum := sha256.Sum256(b)
+	var id [idLen]byte
+	base64.RawURLEncoding.Encode(id[:], sum[:idBytes])
 	var k strings.Builder
 	k.Grow(len(s.prefix) + 2 + idLen + 2 + len(schema))
 	k.WriteString(s.prefix)
 	k.WriteString(":{")
-	k.WriteString(base64.RawURLEncoding.EncodeToString(sum[:idBytes]))
+	k.Write(id[:])
 	k.WriteString("}:")
 	k.WriteString(schema)
 	return []string{k.String()}
