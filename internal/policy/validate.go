@@ -184,6 +184,16 @@ func (m *Match) validate() error {
 			return fmt.Errorf("header match %s sets more than one of value, absent, notIn", h.Name)
 		}
 	}
+	for i, r := range m.Routes {
+		if r.PathExact != "" && r.PathPrefix != "" {
+			return fmt.Errorf("route match %d sets both pathExact and pathPrefix", i)
+		}
+		for _, h := range r.Headers {
+			if h.Absent || len(h.NotIn) > 0 {
+				return fmt.Errorf("route match %d: header %s must match an exact value", i, h.Name)
+			}
+		}
+	}
 	return nil
 }
 
