@@ -22,7 +22,7 @@ const (
 	MetricPolicyMatchedPods    = "sluice_policy_matched_pods"
 	MetricPolicyUninjectedPods = "sluice_policy_uninjected_pods"
 	MetricPolicyReady          = "sluice_policy_ready"
-	MetricPolicyBypassing      = "sluice_policy_bypassing_services"
+	MetricPolicyRoutedAround   = "sluice_policy_bypassing_services"
 )
 
 var (
@@ -30,7 +30,7 @@ var (
 	matchedPodsDesc  = prometheus.NewDesc(MetricPolicyMatchedPods, "Ready pods the policy's podSelector matches (status.matchedPods).", policyLabels, nil)
 	uninjectedDesc   = prometheus.NewDesc(MetricPolicyUninjectedPods, "Pods the policy's podSelector matches that run without the sidecar although annotated for injection (status.uninjectedPods): the policy is not enforced on them.", policyLabels, nil)
 	policyReadyDesc  = prometheus.NewDesc(MetricPolicyReady, "1 when the policy's Ready condition is True (rendered for the sidecars), else 0.", policyLabels, nil)
-	bypassingDesc    = prometheus.NewDesc(MetricPolicyBypassing, "Services that select the policy's pods but send traffic past the sidecar (status.bypassingServices): that traffic is not limited.", policyLabels, nil)
+	bypassingDesc    = prometheus.NewDesc(MetricPolicyRoutedAround, "Services that select the policy's pods but send traffic past the sidecar (status.bypassingServices): that traffic is not limited.", policyLabels, nil)
 	policyListBudget = 5 * time.Second
 )
 

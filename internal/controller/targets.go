@@ -11,6 +11,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	gatewayv1 "sigs.k8s.io/gateway-api/apis/v1"
 
 	"github.com/sluice-dev/sluice/api/v1alpha1"
@@ -25,7 +26,7 @@ const (
 )
 
 // httpRouteGVK is the HTTPRoute version the controller reads (Gateway API's standard channel).
-var httpRouteGVK = gatewayv1.SchemeGroupVersion.WithKind(HTTPRouteKind)
+var httpRouteGVK = schema.GroupVersionKind{Group: gatewayv1.GroupName, Version: "v1", Kind: HTTPRouteKind}
 
 // targetView answers what a namespace's policies' targetRefs resolve to, from the namespace's
 // Services and HTTPRoutes. routesErr is why HTTPRoutes could not be listed (their CRD is not
