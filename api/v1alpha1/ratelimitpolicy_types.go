@@ -207,7 +207,7 @@ type RateLimitPolicySpec struct {
 
 // TargetRef names an object of the policy's namespace that the policy attaches to, in the
 // shape of Gateway API's LocalPolicyTargetReferenceWithSectionName.
-// +kubebuilder:validation:XValidation:rule="(self.group == ” && self.kind == 'Service') || (self.group == 'gateway.networking.k8s.io' && self.kind == 'HTTPRoute')",message="a target is a Service (group \"\", kind Service) or an HTTPRoute (group gateway.networking.k8s.io, kind HTTPRoute)"
+// +kubebuilder:validation:XValidation:rule="(size(self.group) == 0 && self.kind == 'Service') || (self.group == 'gateway.networking.k8s.io' && self.kind == 'HTTPRoute')",message="a target is a Service (group \"\", kind Service) or an HTTPRoute (group gateway.networking.k8s.io, kind HTTPRoute)"
 type TargetRef struct {
 	// group is the target's API group: "" for a Service, gateway.networking.k8s.io for an
 	// HTTPRoute.
