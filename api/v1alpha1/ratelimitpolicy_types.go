@@ -139,15 +139,31 @@ type DescriptorKey string
 
 // RateLimitPolicySpec is what a user declares: which pods or Envoy domain, which requests,
 // which limits.
-// +kubebuilder:validation:XValidation:rule="has(self.podSelector) || has(self.domain)",message="set podSelector (sidecars enforce the policy), domain (the RLS server serves it to Envoy), or both"
+// +kubebuilder:validation:XValidation:rule="has(self.podSelector) || has(self.targetRefs) || has(self.domain)",message="set podSelector or targetRefs (sidecars enforce the policy), domain (the RLS server serves it to Envoy), or both"
+// +kubebuilder:validation:XValidation:rule="!has(self.podSelector) || !has(self.targetRefs)",message="set exactly one of podSelector and targetRefs: each says which pods enforce the policy"
 // +kubebuilder:validation:XValidation:rule="has(self.domain) || self.rules.all(r, !has(r.match) || !has(r.match.descriptors))",message="rules that match descriptors need spec.domain: only Envoy sends descriptors",fieldPath=".domain"
-// +kubebuilder:validation:XValidation:rule="has(self.podSelector) || self.rules.all(r, has(r.match) && has(r.match.descriptors))",message="without podSelector every rule must match descriptors (match.descriptors): a rule on HTTP requests needs sidecars",fieldPath=".podSelector"
+// +kubebuilder:validation:XValidation:rule="has(self.podSelector) || has(self.targetRefs) || self.rules.all(r, has(r.match) && has(r.match.descriptors))",message="without podSelector or targetRefs every rule must match descriptors (match.descriptors): a rule on HTTP requests needs sidecars",fieldPath=".podSelector"
 type RateLimitPolicySpec struct {
 	// podSelector selects the pods of this namespace whose injected sidecars enforce this
 	// policy's HTTP rules (those without match.descriptors). An empty selector ({}) selects
-	// every pod of the namespace; when omitted, no pod enforces the policy (set domain).
+	// every pod of the namespace; when omitted, no pod enforces the policy (set targetRefs or
+	// domain). Not with targetRefs.
 	// +optional
 	PodSelector *metav1.LabelSelector `json:"podSelector,omitempty"`
+
+	// targetRefs attaches the policy to objects of this namespace, as Gateway API's policy
+	// attachment does, instead of podSelector: a Service (group "", kind Service), whose
+	// selector's pods enforce the policy (sectionName names one of its ports, which must
+	// exist), or an HTTPRoute (group gateway.networking.k8s.io, kind HTTPRoute), whose backend
+	// Services' pods enforce the policy and whose rules' matches (path, method, headers) each
+	// HTTP rule additionally matches, so the policy counts only the route's traffic
+	// (sectionName names one route rule). status.targets reports each target.
+	// +optional
+	// +listType=atomic
+	// +kubebuilder:validation:MinItems=1
+	// +kubebuilder:validation:MaxItems=16
+	// +kubebuilder:validation:XValidation:rule="self.all(a, self.filter(b, b.group == a.group && b.kind == a.kind && b.name == a.name && (has(b.sectionName) ? b.sectionName : '') == (has(a.sectionName) ? a.sectionName : '')).size() == 1)",message="each target appears once"
+	TargetRefs []TargetRef `json:"targetRefs,omitempty"`
 
 	// domain is the Envoy rate limit domain whose requests the Sluice RLS server
 	// (sluice-ratelimit) decides with this policy's descriptor rules (those with
@@ -187,6 +203,53 @@ type RateLimitPolicySpec struct {
 	// +kubebuilder:validation:MinItems=1
 	// +kubebuilder:validation:MaxItems=64
 	Rules []Rule `json:"rules"`
+}
+
+// TargetRef names an object of the policy's namespace that the policy attaches to, in the
+// shape of Gateway API's LocalPolicyTargetReferenceWithSectionName.
+// +kubebuilder:validation:XValidation:rule="(size(self.group) == 0 && self.kind == 'Service') || (self.group == 'gateway.networking.k8s.io' && self.kind == 'HTTPRoute')",message="a target is a Service (group \"\", kind Service) or an HTTPRoute (group gateway.networking.k8s.io, kind HTTPRoute)"
+type TargetRef struct {
+	// group is the target's API group: "" for a Service, gateway.networking.k8s.io for an
+	// HTTPRoute.
+	// +required
+	// +kubebuilder:validation:MaxLength=253
+	Group string `json:"group"`
+
+	// kind is the target's kind: Service or HTTPRoute.
+	// +required
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=63
+	Kind string `json:"kind"`
+
+	// name is the target's name, in the policy's namespace.
+	// +required
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=253
+	Name string `json:"name"`
+
+	// sectionName narrows the target: the name of one of a Service's ports, or of one of an
+	// HTTPRoute's rules. The whole target when omitted.
+	// +optional
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=253
+	// +kubebuilder:validation:XValidation:rule="self.matches('^[a-z0-9]([-a-z0-9]*[a-z0-9])?$')",message="must be a port or route rule name: lower-case letters, digits and '-', starting and ending with a letter or digit"
+	SectionName string `json:"sectionName,omitempty"`
+}
+
+// TargetStatus is what became of one of spec.targetRefs.
+type TargetStatus struct {
+	// targetRef is the target, as in spec.targetRefs.
+	// +required
+	TargetRef TargetRef `json:"targetRef"`
+
+	// conditions: Accepted (the policy applies to this target), ResolvedRefs (the target
+	// exists and its pods are known), Conflicted (an older policy defines a rule of the same
+	// name for the same pods, so this one is not enforced).
+	// +optional
+	// +listType=map
+	// +listMapKey=type
+	// +kubebuilder:validation:MaxItems=4
+	Conditions []metav1.Condition `json:"conditions,omitempty"`
 }
 
 // ResponseSpec shapes a sidecar's responses.
@@ -682,12 +745,45 @@ type RateLimitPolicyStatus struct {
 	// summary lists the rules briefly, e.g. "TokenBucket 100/1m, FixedWindow 10/1s".
 	// +optional
 	Summary string `json:"summary,omitempty"`
+
+	// targets reports each of spec.targetRefs, in its order.
+	// +optional
+	// +listType=atomic
+	// +kubebuilder:validation:MaxItems=16
+	Targets []TargetStatus `json:"targets,omitempty"`
+
+	// bypassingServices names the Services of this namespace that select pods of this policy
+	// but send (some) traffic to a port other than the sidecar's (targetPort sluice-http), so
+	// that traffic is not limited; the SidecarBypassed condition says which port of each.
+	// +optional
+	// +listType=atomic
+	// +kubebuilder:validation:MaxItems=32
+	// +kubebuilder:validation:items:MaxLength=253
+	BypassingServices []string `json:"bypassingServices,omitempty"`
 }
 
 // Condition types and reasons of a RateLimitPolicy.
 const (
 	ConditionAccepted = "Accepted"
 	ConditionReady    = "Ready"
+	// ConditionResolvedRefs is True when every target of spec.targetRefs exists (Gateway API's
+	// policy status); on each of status.targets, when that target does.
+	ConditionResolvedRefs = "ResolvedRefs"
+	// ConditionConflicted is True when an older policy defining a rule of the same name for
+	// the same pods keeps this one from being enforced.
+	ConditionConflicted = "Conflicted"
+	// ConditionSidecarBypassed is True when a Service selecting the policy's pods sends
+	// traffic past the sidecar (status.bypassingServices).
+	ConditionSidecarBypassed = "SidecarBypassed"
+
+	ReasonResolved          = "ResolvedRefs"
+	ReasonTargetNotFound    = "TargetNotFound"
+	ReasonInvalidKind       = "InvalidKind"
+	ReasonUnsupportedTarget = "UnsupportedTarget"
+	ReasonNoTarget          = "NoTarget"
+	ReasonNoConflict        = "NoConflict"
+	ReasonThroughSidecar    = "ThroughSidecar"
+	ReasonTargetPortBypass  = "TargetPortBypassesSidecar"
 
 	ReasonValid        = "Valid"
 	ReasonInvalid      = "Invalid"
@@ -704,11 +800,13 @@ const (
 // +kubebuilder:object:root=true
 // +kubebuilder:subresource:status
 // +kubebuilder:resource:shortName=rlp,categories=sluice
+// +kubebuilder:metadata:labels="gateway.networking.k8s.io/policy=Direct"
 // +kubebuilder:printcolumn:name="Rules",type=string,JSONPath=`.status.summary`
 // +kubebuilder:printcolumn:name="Ready",type=string,JSONPath=`.status.conditions[?(@.type=="Ready")].status`
 // +kubebuilder:printcolumn:name="Pods",type=integer,JSONPath=`.status.matchedPods`
 // +kubebuilder:printcolumn:name="Domain",type=string,JSONPath=`.spec.domain`,priority=1,description="The Envoy rate limit domain the RLS server serves the policy for"
 // +kubebuilder:printcolumn:name="Failure Mode",type=string,JSONPath=`.spec.failureMode`,priority=1,description="What the sidecars do while Redis is unreachable"
+// +kubebuilder:printcolumn:name="Bypassed By",type=string,JSONPath=`.status.bypassingServices`,priority=1,description="Services that send traffic to the policy's pods past the sidecar: it is not limited"
 // +kubebuilder:printcolumn:name="Uninjected",type=integer,JSONPath=`.status.uninjectedPods`,priority=1,description="Matched pods running without the sidecar: the policy is not enforced on them"
 // +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
 type RateLimitPolicy struct {

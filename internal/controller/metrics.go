@@ -22,6 +22,7 @@ const (
 	MetricPolicyMatchedPods    = "sluice_policy_matched_pods"
 	MetricPolicyUninjectedPods = "sluice_policy_uninjected_pods"
 	MetricPolicyReady          = "sluice_policy_ready"
+	MetricPolicyRoutedAround   = "sluice_policy_bypassing_services"
 )
 
 var (
@@ -29,6 +30,7 @@ var (
 	matchedPodsDesc  = prometheus.NewDesc(MetricPolicyMatchedPods, "Ready pods the policy's podSelector matches (status.matchedPods).", policyLabels, nil)
 	uninjectedDesc   = prometheus.NewDesc(MetricPolicyUninjectedPods, "Pods the policy's podSelector matches that run without the sidecar although annotated for injection (status.uninjectedPods): the policy is not enforced on them.", policyLabels, nil)
 	policyReadyDesc  = prometheus.NewDesc(MetricPolicyReady, "1 when the policy's Ready condition is True (rendered for the sidecars), else 0.", policyLabels, nil)
+	bypassingDesc    = prometheus.NewDesc(MetricPolicyRoutedAround, "Services that select the policy's pods but send traffic past the sidecar (status.bypassingServices): that traffic is not limited.", policyLabels, nil)
 	policyListBudget = 5 * time.Second
 )
 
@@ -42,6 +44,7 @@ func (c policyCollector) Describe(ch chan<- *prometheus.Desc) {
 	ch <- matchedPodsDesc
 	ch <- uninjectedDesc
 	ch <- policyReadyDesc
+	ch <- bypassingDesc
 }
 
 func (c policyCollector) Collect(ch chan<- prometheus.Metric) {
@@ -61,6 +64,7 @@ func (c policyCollector) Collect(ch chan<- prometheus.Metric) {
 		ch <- prometheus.MustNewConstMetric(matchedPodsDesc, prometheus.GaugeValue, float64(p.Status.MatchedPods), p.Namespace, p.Name)
 		ch <- prometheus.MustNewConstMetric(uninjectedDesc, prometheus.GaugeValue, float64(p.Status.UninjectedPods), p.Namespace, p.Name)
 		ch <- prometheus.MustNewConstMetric(policyReadyDesc, prometheus.GaugeValue, ready, p.Namespace, p.Name)
+		ch <- prometheus.MustNewConstMetric(bypassingDesc, prometheus.GaugeValue, float64(len(p.Status.BypassingServices)), p.Namespace, p.Name)
 	}
 }
 

@@ -31,6 +31,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/handler"
 	logf "sigs.k8s.io/controller-runtime/pkg/log"
 	"sigs.k8s.io/controller-runtime/pkg/predicate"
+	gatewayv1 "sigs.k8s.io/gateway-api/apis/v1"
 
 	"github.com/sluice-dev/sluice/api/v1alpha1"
 	"github.com/sluice-dev/sluice/internal/inject"
@@ -70,6 +71,8 @@ type RateLimitPolicyReconciler struct {
 // +kubebuilder:rbac:groups=sluice.dev,resources=ratelimitpolicies/status,verbs=get;patch
 // +kubebuilder:rbac:groups="",resources=configmaps,verbs=get;list;watch;create;update;delete
 // +kubebuilder:rbac:groups="",resources=pods,verbs=get;list;watch
+// +kubebuilder:rbac:groups="",resources=services,verbs=get;list;watch
+// +kubebuilder:rbac:groups=gateway.networking.k8s.io,resources=httproutes,verbs=get;list;watch
 // +kubebuilder:rbac:groups=events.k8s.io,resources=events,verbs=create;patch
 
 // Reconcile renders the namespace's policies, writes the ConfigMap when its content changed,
@@ -90,10 +93,20 @@ func (r *RateLimitPolicyReconciler) Reconcile(ctx context.Context, req ctrl.Requ
 	if err := r.List(ctx, &pods, client.InNamespace(ns)); err != nil {
 		return ctrl.Result{}, err
 	}
+	var services corev1.ServiceList
+	if err := r.List(ctx, &services, client.InNamespace(ns)); err != nil {
+		return ctrl.Result{}, err
+	}
+	var routes gatewayv1.HTTPRouteList
+	routesErr := r.List(ctx, &routes, client.InNamespace(ns))
+	if routesErr != nil && !isNoKind(routesErr) {
+		return ctrl.Result{}, routesErr
+	}
 	if len(list.Items) == 0 {
 		r.fitter.Forget(ns) // bounded by the namespaces that have policies
 	}
-	doc, payload, verdicts, err := r.fitter.BuildFit(ns, list.Items, podSet(pods.Items), r.MaxBytes)
+	view := namespaceView{podSet(pods.Items), newTargetView(services.Items, routes.Items, routesErr)}
+	doc, payload, verdicts, err := r.fitter.BuildFit(ns, list.Items, view, r.MaxBytes)
 	if err != nil {
 		return ctrl.Result{}, err
 	}
@@ -133,7 +146,8 @@ func (r *RateLimitPolicyReconciler) Reconcile(ctx context.Context, req ctrl.Requ
 			continue
 		}
 		g.Go(func() error {
-			if err := r.updateStatus(ctx, p, verdicts[p.Name], uninjected(p, pods.Items), hash, renderErr); err != nil {
+			rt := routingOf(p, view.targetView, services.Items, pods.Items)
+			if err := r.updateStatus(ctx, p, verdicts[p.Name], uninjected(p, rt.selector, pods.Items), rt, hash, renderErr); err != nil {
 				mu.Lock()
 				errs = append(errs, err)
 				mu.Unlock()
@@ -210,7 +224,7 @@ func (r *RateLimitPolicyReconciler) writeConfigMap(ctx context.Context, doc *pol
 
 // updateStatus sets the policy's conditions from its verdict and patches the status once, and
 // only when it changed.
-func (r *RateLimitPolicyReconciler) updateStatus(ctx context.Context, p *v1alpha1.RateLimitPolicy, v render.Verdict, uninjected []*corev1.Pod, hash string, renderErr error) error {
+func (r *RateLimitPolicyReconciler) updateStatus(ctx context.Context, p *v1alpha1.RateLimitPolicy, v render.Verdict, uninjected []*corev1.Pod, rt routing, hash string, renderErr error) error {
 	before := p.DeepCopy()
 	now := metav1.NewTime(r.Clock.Now())
 	set := func(c metav1.Condition) {
@@ -232,6 +246,8 @@ func (r *RateLimitPolicyReconciler) updateStatus(ctx context.Context, p *v1alpha
 			reason = v1alpha1.ReasonRuleConflict
 		case v.TooLarge:
 			reason = v1alpha1.ReasonTooLarge
+		case v.Unresolved && rt.targets != nil:
+			reason = rt.targets.reason
 		}
 		set(metav1.Condition{Type: v1alpha1.ConditionAccepted, Status: metav1.ConditionFalse, Reason: reason, Message: v.Err.Error()})
 		set(metav1.Condition{Type: v1alpha1.ConditionReady, Status: metav1.ConditionFalse, Reason: v1alpha1.ReasonNotAccepted,
@@ -246,11 +262,14 @@ func (r *RateLimitPolicyReconciler) updateStatus(ctx context.Context, p *v1alpha
 			Message: fmt.Sprintf("Rendered into ConfigMap %s (content hash %.12s).", policy.ConfigMapName, hash)})
 		st.ConfigMap = policy.ConfigMapName
 	}
+	setTargetStatus(p, v, rt.targets, set, now)
+	setBypassStatus(p, rt, set)
 	if equalStatus(before.Status, p.Status) {
 		return nil
 	}
 	r.recordTransitions(before, p)
 	r.recordUninjected(before, p, uninjected)
+	r.recordBypass(before, p)
 	if err := r.Status().Patch(ctx, p, client.MergeFrom(before)); err != nil {
 		return client.IgnoreNotFound(err)
 	}
@@ -302,10 +321,13 @@ func (r *RateLimitPolicyReconciler) recordUninjected(before, after *v1alpha1.Rat
 // runs without it.
 const ReasonSidecarMissing = "SidecarMissing"
 
-// uninjected returns the live pods p selects that ask for the sidecar but run without it,
-// sorted by name.
-func uninjected(p *v1alpha1.RateLimitPolicy, pods []corev1.Pod) []*corev1.Pod {
-	sel, err := metav1.LabelSelectorAsSelector(p.Spec.PodSelector)
+// uninjected returns the live pods selector (p's pods) selects that ask for the sidecar but
+// run without it, sorted by name.
+func uninjected(p *v1alpha1.RateLimitPolicy, selector *metav1.LabelSelector, pods []corev1.Pod) []*corev1.Pod {
+	if selector == nil && len(p.Spec.TargetRefs) > 0 {
+		return nil // its targets resolve to no pods
+	}
+	sel, err := metav1.LabelSelectorAsSelector(selector)
 	if err != nil {
 		return nil // the policy is not accepted; its status says why
 	}
@@ -428,7 +450,7 @@ func (r *RateLimitPolicyReconciler) SetupWithManager(mgr ctrl.Manager) error {
 		return []ctrl.Request{{NamespacedName: types.NamespacedName{Namespace: o.GetNamespace(), Name: policy.ConfigMapName}}}
 	})
 	rendered := predicate.NewPredicateFuncs(func(o client.Object) bool { return o.GetName() == policy.ConfigMapName })
-	return ctrl.NewControllerManagedBy(mgr).
+	b := ctrl.NewControllerManagedBy(mgr).
 		Named("ratelimitpolicy").
 		// Requests are namespaces, never one namespace twice at once: several workers keep a
 		// namespace of large policies, whose render takes longest, from holding up the others.
@@ -436,5 +458,13 @@ func (r *RateLimitPolicyReconciler) SetupWithManager(mgr ctrl.Manager) error {
 		Watches(&v1alpha1.RateLimitPolicy{}, toNamespace, builder.WithPredicates(predicate.Funcs{UpdateFunc: policyUpdateMatters})).
 		Watches(&corev1.Pod{}, toNamespace, builder.WithPredicates(predicate.Funcs{UpdateFunc: podUpdateMatters})).
 		Watches(&corev1.ConfigMap{}, toNamespace, builder.WithPredicates(rendered)).
-		Complete(r)
+		Watches(&corev1.Service{}, toNamespace)
+	// HTTPRoutes are watched when Gateway API's CRDs are installed as the manager starts;
+	// otherwise a policy targeting one says the kind is unknown.
+	if _, err := mgr.GetRESTMapper().RESTMapping(httpRouteGVK.GroupKind(), httpRouteGVK.Version); err == nil {
+		b = b.Watches(&gatewayv1.HTTPRoute{}, toNamespace, builder.WithPredicates(predicate.GenerationChangedPredicate{}))
+	} else if !isNoKind(err) {
+		return err
+	}
+	return b.Complete(r)
 }

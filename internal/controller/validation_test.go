@@ -375,6 +375,18 @@ var _ = Describe("RateLimitPolicy validation", func() {
 			"spec.response.body", "contentType applies only to format Template"),
 		Entry("a contentType that is no media type", body(v1alpha1.BodySpec{Format: v1alpha1.BodyTemplate, Template: "x", ContentType: "plain text"}),
 			"spec.response.body.contentType", "must be a media type"),
+		Entry("podSelector and targetRefs", func(p *v1alpha1.RateLimitPolicy) {
+			p.Spec.TargetRefs = []v1alpha1.TargetRef{{Kind: "Service", Name: "web"}}
+		},
+			"spec", "set exactly one of podSelector and targetRefs"),
+		Entry("a target of another kind", targets(v1alpha1.TargetRef{Group: "apps", Kind: "Deployment", Name: "web"}),
+			"spec.targetRefs[0]", `a target is a Service (group "", kind Service) or an HTTPRoute (group gateway.networking.k8s.io, kind HTTPRoute)`),
+		Entry("an HTTPRoute without its group", targets(v1alpha1.TargetRef{Kind: "HTTPRoute", Name: "web"}),
+			"spec.targetRefs[0]", "a target is a Service"),
+		Entry("a target twice", targets(v1alpha1.TargetRef{Kind: "Service", Name: "web"}, v1alpha1.TargetRef{Kind: "Service", Name: "web"}),
+			"spec.targetRefs", "each target appears once"),
+		Entry("a sectionName that is no name", targets(v1alpha1.TargetRef{Kind: "Service", Name: "web", SectionName: "HTTP"}),
+			"spec.targetRefs[0].sectionName", "must be a port or route rule name"),
 	)
 
 	DescribeTable("accepts valid policies, online and offline",
@@ -477,6 +489,10 @@ var _ = Describe("RateLimitPolicy validation", func() {
 				r.Mode = v1alpha1.Shadow
 			})(p)
 		}),
+		Entry("a Service target", targets(v1alpha1.TargetRef{Kind: "Service", Name: "web", SectionName: "http"})),
+		Entry("HTTPRoute targets, one a rule of a route", targets(
+			v1alpha1.TargetRef{Group: "gateway.networking.k8s.io", Kind: "HTTPRoute", Name: "web"},
+			v1alpha1.TargetRef{Group: "gateway.networking.k8s.io", Kind: "HTTPRoute", Name: "web", SectionName: "api"})),
 	)
 
 	It("defaults a calendar's zone to UTC and renders it; refuses a zone the database does not know", func(ctx context.Context) {

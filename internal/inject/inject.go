@@ -26,6 +26,12 @@ const (
 	// AnnotationMetricsPort is the port of the sidecar's metrics, /healthz and /readyz,
 	// named MetricsPortName. Default DefaultMetricsPort.
 	AnnotationMetricsPort = "sluice.dev/metrics-port"
+	// AnnotationTakeOverPort names a port of the application's containers that the sidecar
+	// takes over: the sidecar's port gets that name, the application's port loses it, and
+	// the sidecar forwards to its number, so every Service whose targetPort names the port
+	// goes through the sidecar with no edit. Probes that name the port keep reaching the
+	// application.
+	AnnotationTakeOverPort = "sluice.dev/take-over-port"
 	// AnnotationImage replaces the manager's sidecar image for this pod.
 	AnnotationImage = "sluice.dev/image"
 	// AnnotationCPURequest, AnnotationCPULimit, AnnotationMemoryRequest and

@@ -346,6 +346,33 @@ type Match struct {
 	// Descriptors, in order, are the entries of the descriptors the rule matches: exactly
 	// these keys in this order, each with Value when Value is not empty.
 	Descriptors []DescriptorEntry `json:"descriptors,omitempty"`
+	// Routes, when not empty, are the matches of the Gateway API HTTPRoute rules a policy is
+	// attached to: a request must also satisfy at least one of them.
+	Routes []RouteMatch `json:"routes,omitempty"`
+}
+
+// RouteMatch is one match of an HTTPRoute rule: a request satisfies it when it meets every
+// condition given. At most one of PathExact and PathPrefix is set.
+type RouteMatch struct {
+	// PathExact is the whole path.
+	PathExact string `json:"pathExact,omitempty"`
+	// PathPrefix is a prefix matched element by element, as Gateway API's PathPrefix: /api
+	// (or /api/) matches /api and /api/x, not /apix.
+	PathPrefix string `json:"pathPrefix,omitempty"`
+	// Method is the request's method.
+	Method string `json:"method,omitempty"`
+	// Headers are headers the request carries with exactly these values (names canonical).
+	Headers []HeaderMatch `json:"headers,omitempty"`
+}
+
+// PathHasPrefix reports whether path starts with prefix element by element, as Gateway API's
+// PathPrefix matches: a trailing / of prefix is ignored, and / matches every path.
+func PathHasPrefix(path, prefix string) bool {
+	prefix = strings.TrimRight(prefix, "/")
+	if !strings.HasPrefix(path, prefix) {
+		return false
+	}
+	return len(path) == len(prefix) || path[len(prefix)] == '/'
 }
 
 // DescriptorEntry is one entry of an Envoy descriptor: it matches Value (any value when

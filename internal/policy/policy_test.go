@@ -52,3 +52,27 @@ func TestPodShare(t *testing.T) {
 		}
 	}
 }
+
+func TestPathHasPrefix(t *testing.T) {
+	tests := []struct {
+		path, prefix string
+		want         bool
+	}{
+		{"/api", "/api", true},
+		{"/api/", "/api", true},
+		{"/api/x", "/api", true},
+		{"/api/x", "/api/", true},
+		{"/api", "/api/", true},
+		{"/apix", "/api", false},
+		{"/ap", "/api", false},
+		{"/", "/", true},
+		{"/anything", "/", true},
+		{"/a/b/c", "/a/b", true},
+		{"/a/bc", "/a/b", false},
+	}
+	for _, tc := range tests {
+		if got := PathHasPrefix(tc.path, tc.prefix); got != tc.want {
+			t.Errorf("PathHasPrefix(%q, %q) = %v, want %v", tc.path, tc.prefix, got, tc.want)
+		}
+	}
+}

@@ -206,6 +206,16 @@ func (m *Match) validate() error {
 			return fmt.Errorf("descriptor entry %s sets notIn beside an exact value", d.Key)
 		}
 	}
+	for i, r := range m.Routes {
+		if r.PathExact != "" && r.PathPrefix != "" {
+			return fmt.Errorf("route match %d sets both pathExact and pathPrefix", i)
+		}
+		for _, h := range r.Headers {
+			if h.Absent || len(h.NotIn) > 0 {
+				return fmt.Errorf("route match %d: header %s must match an exact value", i, h.Name)
+			}
+		}
+	}
 	return nil
 }
 

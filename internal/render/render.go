@@ -30,11 +30,39 @@ import (
 // empty (the API server applies them too; Compile must not depend on it) and checking what the
 // schema cannot: that every rule is inside the limiter's exact-arithmetic bounds. Replicas is
 // left zero for Build to fill in.
+//
+// A policy with spec.targetRefs compiles without pods (its Domain's rules only): only the
+// controller knows what its targets resolve to, and passes that to Build (Targets).
 func Compile(p *v1alpha1.RateLimitPolicy) (policy.Policy, error) {
+	if len(p.Spec.TargetRefs) > 0 && p.Spec.Domain == "" {
+		return policy.Policy{}, fmt.Errorf("spec.targetRefs: the controller resolves targets against the cluster; rendered offline, this policy has no pods")
+	}
+	return compile(p, nil)
+}
+
+// Target is what a policy's spec.targetRefs resolved to: the selector of its targets' pods
+// and, for HTTPRoutes, the route matches every HTTP rule also needs (none for Services).
+type Target struct {
+	Selector *metav1.LabelSelector
+	Routes   []policy.RouteMatch
+}
+
+// Targets resolves policies' spec.targetRefs. A Pods given to Build that implements it renders
+// the policies with targetRefs; without it (offline) they compile as Compile does.
+type Targets interface {
+	// Target returns what p's targetRefs resolve to, or why they resolve to no pods.
+	Target(p *v1alpha1.RateLimitPolicy) (Target, error)
+}
+
+func compile(p *v1alpha1.RateLimitPolicy, t *Target) (policy.Policy, error) {
+	sel := p.Spec.PodSelector.DeepCopy()
+	if t != nil {
+		sel = t.Selector.DeepCopy()
+	}
 	out := policy.Policy{
 		Name:        p.Name,
 		Domain:      p.Spec.Domain,
-		Selector:    p.Spec.PodSelector.DeepCopy(),
+		Selector:    sel,
 		FailureMode: policy.FailureMode(orDefault(p.Spec.FailureMode, v1alpha1.FailureLocal)),
 		Response:    policy.Response{StatusCode: 429, Headers: policy.HeaderStyle(v1alpha1.HeadersBoth)},
 	}
@@ -62,6 +90,12 @@ func Compile(p *v1alpha1.RateLimitPolicy) (policy.Policy, error) {
 		rule, err := compileRule(r)
 		if err != nil {
 			return policy.Policy{}, fmt.Errorf("spec.rules[%d] (%s): %w", i, r.Name, err)
+		}
+		if t != nil && len(t.Routes) > 0 && !rule.Descriptor() {
+			if rule.Match == nil {
+				rule.Match = &policy.Match{}
+			}
+			rule.Match.Routes = t.Routes
 		}
 		out.Rules = append(out.Rules, rule)
 	}
@@ -276,6 +310,8 @@ type Verdict struct {
 	Err error
 	// Conflict is true when Err is a rule-name conflict with another policy.
 	Conflict bool
+	// Unresolved is true when Err says the policy's targetRefs resolve to no pods.
+	Unresolved bool
 	// TooLarge is true when Err says the policy was left out because the namespace's
 	// rendered document does not fit in a ConfigMap (see Fit).
 	TooLarge bool
@@ -301,7 +337,20 @@ func Build(namespace string, policies []v1alpha1.RateLimitPolicy, pods Pods) (*p
 		if !p.DeletionTimestamp.IsZero() {
 			continue
 		}
-		compiled, err := Compile(p)
+		var (
+			compiled policy.Policy
+			err      error
+		)
+		if ts, ok := pods.(Targets); ok && len(p.Spec.TargetRefs) > 0 {
+			var t Target
+			if t, err = ts.Target(p); err != nil {
+				verdicts[p.Name] = Verdict{Err: err, Unresolved: true}
+				continue
+			}
+			compiled, err = compile(p, &t)
+		} else {
+			compiled, err = Compile(p)
+		}
 		if err != nil {
 			verdicts[p.Name] = Verdict{Err: err}
 			continue
@@ -552,6 +601,16 @@ type FixedReplicas int32
 
 // Ready returns no names and n.
 func (n FixedReplicas) Ready(labels.Selector) ([]string, int32) { return nil, int32(n) }
+
+// FixedTarget answers Build for offline rendering of policies whose targets are known: pods as
+// FixedReplicas, and every policy with targetRefs resolving to Resolved.
+type FixedTarget struct {
+	FixedReplicas
+	Resolved Target
+}
+
+// Target returns f.Resolved.
+func (f FixedTarget) Target(*v1alpha1.RateLimitPolicy) (Target, error) { return f.Resolved, nil }
 
 // Shared reports false: offline, no pod is known.
 func (FixedReplicas) Shared(_, _ labels.Selector) bool { return false }

@@ -17,6 +17,7 @@ import (
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
+	gatewayv1 "sigs.k8s.io/gateway-api/apis/v1"
 	"sigs.k8s.io/yaml"
 
 	"github.com/sluice-dev/sluice/api/v1alpha1"
@@ -424,5 +425,45 @@ func TestCompileResponseCost(t *testing.T) {
 	p.Spec.Rules[0].Algorithm = v1alpha1.SlidingWindowCounter
 	if _, err := Compile(p); err == nil || !strings.Contains(err.Error(), "responseCost applies only to FixedWindow and TokenBucket") {
 		t.Errorf("responseCost on SlidingWindowCounter compiled: %v", err)
+	}
+}
+
+func TestRouteMatches(t *testing.T) {
+	prefix, exact, regex := gatewayv1.PathMatchPathPrefix, gatewayv1.PathMatchExact, gatewayv1.PathMatchRegularExpression
+	get := gatewayv1.HTTPMethodGet
+	tests := map[string]struct {
+		rule    gatewayv1.HTTPRouteRule
+		want    []policy.RouteMatch
+		wantErr string
+	}{
+		"no matches: every request": {rule: gatewayv1.HTTPRouteRule{}, want: []policy.RouteMatch{{}}},
+		"prefix / is every path": {rule: gatewayv1.HTTPRouteRule{Matches: []gatewayv1.HTTPRouteMatch{{Path: &gatewayv1.HTTPPathMatch{Type: &prefix, Value: ptr.To("/")}}}},
+			want: []policy.RouteMatch{{}}},
+		"prefix, exact with method and header": {rule: gatewayv1.HTTPRouteRule{Matches: []gatewayv1.HTTPRouteMatch{
+			{Path: &gatewayv1.HTTPPathMatch{Type: &prefix, Value: ptr.To("/api")}},
+			{Path: &gatewayv1.HTTPPathMatch{Type: &exact, Value: ptr.To("/login")}, Method: &get,
+				Headers: []gatewayv1.HTTPHeaderMatch{{Name: "x-tier", Value: "free"}}},
+		}}, want: []policy.RouteMatch{{PathPrefix: "/api"}, {PathExact: "/login", Method: "GET", Headers: []policy.HeaderMatch{{Name: "X-Tier", Value: "free"}}}}},
+		"regular expression": {rule: gatewayv1.HTTPRouteRule{Matches: []gatewayv1.HTTPRouteMatch{{Path: &gatewayv1.HTTPPathMatch{Type: &regex, Value: ptr.To("/a.*")}}}},
+			wantErr: "path match type RegularExpression is not supported"},
+		"query parameters": {rule: gatewayv1.HTTPRouteRule{Matches: []gatewayv1.HTTPRouteMatch{{QueryParams: []gatewayv1.HTTPQueryParamMatch{{Name: "q", Value: "1"}}}}},
+			wantErr: "query parameter matches are not supported"},
+	}
+	for name, tc := range tests {
+		t.Run(name, func(t *testing.T) {
+			got, err := RouteMatches(tc.rule)
+			if tc.wantErr != "" {
+				if err == nil || !strings.Contains(err.Error(), tc.wantErr) {
+					t.Fatalf("err = %v, want %q", err, tc.wantErr)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !reflect.DeepEqual(got, tc.want) {
+				t.Errorf("got %+v, want %+v", got, tc.want)
+			}
+		})
 	}
 }

@@ -3,6 +3,7 @@
 package webhook
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
 	"net/url"
@@ -144,16 +145,81 @@ func (c *Config) Mutate(pod *corev1.Pod) (bool, error) {
 		}
 	}
 	pod.Spec.Volumes = append(pod.Spec.Volumes, volumes()...)
+	if o.takeOver != "" {
+		takeOver(pod, o.takeOver, o.upstreamPort)
+	}
 	pod.Spec.InitContainers = append(pod.Spec.InitContainers, c.container(o))
 	return true, nil
+}
+
+// takeOver removes the name from the application's port named name (number), so that the
+// sidecar's port can carry it, and points the application's probes and lifecycle hooks that
+// name it at the number: a Service that targets the port by name reaches the sidecar, and the
+// kubelet still probes the application.
+func takeOver(pod *corev1.Pod, name string, number int32) {
+	byNumber := func(p *intstr.IntOrString) {
+		if p.Type == intstr.String && p.StrVal == name {
+			*p = intstr.FromInt32(number)
+		}
+	}
+	handler := func(h *corev1.ProbeHandler) {
+		if h.HTTPGet != nil {
+			byNumber(&h.HTTPGet.Port)
+		}
+		if h.TCPSocket != nil {
+			byNumber(&h.TCPSocket.Port)
+		}
+	}
+	for i := range pod.Spec.Containers {
+		ctr := &pod.Spec.Containers[i]
+		owns := false
+		for j := range ctr.Ports {
+			if ctr.Ports[j].Name == name {
+				ctr.Ports[j].Name, owns = "", true
+			}
+		}
+		if !owns {
+			continue
+		}
+		for _, pr := range []*corev1.Probe{ctr.LivenessProbe, ctr.ReadinessProbe, ctr.StartupProbe} {
+			if pr != nil {
+				handler(&pr.ProbeHandler)
+			}
+		}
+		if l := ctr.Lifecycle; l != nil {
+			for _, h := range []*corev1.LifecycleHandler{l.PostStart, l.PreStop} {
+				if h != nil && h.HTTPGet != nil {
+					byNumber(&h.HTTPGet.Port)
+				}
+				if h != nil && h.TCPSocket != nil {
+					byNumber(&h.TCPSocket.Port)
+				}
+			}
+		}
+	}
+}
+
+// namedPort finds the application's container port called name.
+func namedPort(pod *corev1.Pod, name string) (corev1.ContainerPort, bool) {
+	for _, ctr := range pod.Spec.Containers {
+		for _, p := range ctr.Ports {
+			if p.Name == name {
+				return p, true
+			}
+		}
+	}
+	return corev1.ContainerPort{}, false
 }
 
 // options are one pod's settings: the manager's, overridden by the pod's annotations.
 type options struct {
 	image                             string
 	upstreamPort, listenPort, metrics int32
-	resources                         corev1.ResourceRequirements
-	redisTimeout                      time.Duration
+	// takeOver is the name of the application's port the sidecar's port takes; empty keeps
+	// inject.PortName.
+	takeOver     string
+	resources    corev1.ResourceRequirements
+	redisTimeout time.Duration
 }
 
 func (c *Config) options(pod *corev1.Pod) (options, error) {
@@ -185,10 +251,26 @@ func (c *Config) options(pod *corev1.Pod) (options, error) {
 	port(inject.AnnotationMetricsPort, &o.metrics)
 	if _, ok := a[inject.AnnotationUpstreamPort]; ok {
 		port(inject.AnnotationUpstreamPort, &o.upstreamPort)
+	} else if _, ok := a[inject.AnnotationTakeOverPort]; ok {
+		// the port taken over is the upstream (below)
 	} else if len(pod.Spec.Containers) > 0 && len(pod.Spec.Containers[0].Ports) > 0 {
 		o.upstreamPort = pod.Spec.Containers[0].Ports[0].ContainerPort
 	} else {
 		errs = append(errs, fmt.Errorf("%s: not set, and the first container declares no port to default to; set it to the port the application listens on", inject.AnnotationUpstreamPort))
+	}
+	if name, ok := a[inject.AnnotationTakeOverPort]; ok {
+		p, found := namedPort(pod, name)
+		_, upstreamSet := a[inject.AnnotationUpstreamPort]
+		switch {
+		case name == inject.PortName || name == inject.MetricsPortName:
+			fail(inject.AnnotationTakeOverPort, "is the sidecar's own port; name the application's port")
+		case !found:
+			fail(inject.AnnotationTakeOverPort, "names no port of the pod's containers; name the application's port (ports[].name) that its Services target")
+		case upstreamSet && o.upstreamPort != p.ContainerPort:
+			fail(inject.AnnotationTakeOverPort, "is port %d, but %s says %d; omit %s", p.ContainerPort, inject.AnnotationUpstreamPort, o.upstreamPort, inject.AnnotationUpstreamPort)
+		default:
+			o.upstreamPort, o.takeOver = p.ContainerPort, name
+		}
 	}
 
 	if v, ok := a[inject.AnnotationImage]; ok {
@@ -341,7 +423,7 @@ func (c *Config) container(o options) corev1.Container {
 		Image: o.image,
 		Args:  args,
 		Ports: []corev1.ContainerPort{
-			{Name: inject.PortName, ContainerPort: o.listenPort, Protocol: corev1.ProtocolTCP},
+			{Name: cmp.Or(o.takeOver, inject.PortName), ContainerPort: o.listenPort, Protocol: corev1.ProtocolTCP},
 			{Name: inject.MetricsPortName, ContainerPort: o.metrics, Protocol: corev1.ProtocolTCP},
 		},
 		Env:       env,

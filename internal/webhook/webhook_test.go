@@ -243,6 +243,47 @@ var _ = Describe("Sidecar injection", func() {
 		Expect(got.Spec.InitContainers).To(Equal([]corev1.Container{want}))
 	})
 
+	It("takes over the application's named port: Services targeting it by name reach the sidecar, probes naming it the application", func(ctx context.Context) {
+		appProbe := func() *corev1.Probe {
+			return &corev1.Probe{ProbeHandler: corev1.ProbeHandler{HTTPGet: &corev1.HTTPGetAction{Path: "/ready", Port: intstr.FromString("http")}}}
+		}
+		withProbes := func(p *corev1.Pod) {
+			c := &p.Spec.Containers[0]
+			c.ReadinessProbe, c.LivenessProbe = appProbe(), appProbe()
+			c.StartupProbe = &corev1.Probe{ProbeHandler: corev1.ProbeHandler{TCPSocket: &corev1.TCPSocketAction{Port: intstr.FromString("http")}}}
+			c.Lifecycle = &corev1.Lifecycle{PreStop: &corev1.LifecycleHandler{HTTPGet: &corev1.HTTPGetAction{Path: "/drain", Port: intstr.FromString("http")}}}
+		}
+		pod := appPod(ns, "web", with("sluice.dev/take-over-port", "http"), withProbes)
+		plain := storedWithoutWebhook(ctx, pod)
+		got := create(ctx, pod)
+
+		want := expectedSidecar()
+		want.Ports[0].Name = "http"
+		Expect(got.Spec.InitContainers).To(Equal([]corev1.Container{want}), "the sidecar's port carries the name, and it forwards to 8080")
+
+		By("leaving the application its port, unnamed, and probing it by number")
+		app := plain.Containers[0].DeepCopy()
+		app.Ports[0].Name = ""
+		for _, pr := range []*corev1.Probe{app.ReadinessProbe, app.LivenessProbe} {
+			pr.HTTPGet.Port = intstr.FromInt32(8080)
+		}
+		app.StartupProbe.TCPSocket.Port = intstr.FromInt32(8080)
+		app.Lifecycle.PreStop.HTTPGet.Port = intstr.FromInt32(8080)
+		Expect(got.Spec.Containers).To(Equal([]corev1.Container{*app}))
+	})
+
+	It("takes over a named port of a second container, forwarding to its number", func(ctx context.Context) {
+		got := create(ctx, appPod(ns, "web", with("sluice.dev/take-over-port", "api"), func(p *corev1.Pod) {
+			p.Spec.Containers = append(p.Spec.Containers, corev1.Container{Name: "api", Image: "example.invalid/api:1",
+				Ports: []corev1.ContainerPort{{Name: "api", ContainerPort: 3000, Protocol: corev1.ProtocolTCP}}})
+		}))
+		Expect(got.Spec.InitContainers).To(HaveLen(1))
+		Expect(got.Spec.InitContainers[0].Args).To(ContainElement("--upstream=http://127.0.0.1:3000"))
+		Expect(got.Spec.InitContainers[0].Ports[0].Name).To(Equal("api"))
+		Expect(got.Spec.Containers[0].Ports[0].Name).To(Equal("http"), "the other container's port keeps its name")
+		Expect(got.Spec.Containers[1].Ports[0].Name).To(BeEmpty())
+	})
+
 	DescribeTable("leaves pods that do not ask for the sidecar untouched",
 		func(ctx context.Context, annotations map[string]string) {
 			pod := appPod(ns, "web", annotations)
@@ -317,6 +358,12 @@ var _ = Describe("Sidecar injection", func() {
 			"sluice.dev/memory-request, sluice.dev/memory-limit: the sidecar's memory request 1Gi exceeds its limit 128Mi"),
 		Entry("redis timeout that is no duration", appPod("", "p", with("sluice.dev/redis-timeout", "soon")), `sluice.dev/redis-timeout: "soon" is not a duration from 1ms to 10s`),
 		Entry("redis timeout too long", appPod("", "p", with("sluice.dev/redis-timeout", "1m")), `sluice.dev/redis-timeout: "1m" is not a duration`),
+		Entry("take-over of a port no container names", appPod("", "p", with("sluice.dev/take-over-port", "web")),
+			`sluice.dev/take-over-port: "web" names no port of the pod's containers`),
+		Entry("take-over of the sidecar's own port", appPod("", "p", with("sluice.dev/take-over-port", "sluice-http")),
+			`sluice.dev/take-over-port: "sluice-http" is the sidecar's own port`),
+		Entry("take-over contradicting the upstream port", appPod("", "p", with("sluice.dev/take-over-port", "http", "sluice.dev/upstream-port", "3000")),
+			`sluice.dev/take-over-port: "http" is port 8080, but sluice.dev/upstream-port says 3000`),
 		Entry("image with a space", appPod("", "p", with("sluice.dev/image", "evil image")), `sluice.dev/image: "evil image" is not an image reference`),
 		Entry("a volume name the sidecar needs", appPod("", "p", inject, func(p *corev1.Pod) {
 			p.Spec.Volumes[0].Name = "sluice-policies"

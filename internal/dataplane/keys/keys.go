@@ -136,6 +136,7 @@ type Match struct {
 	pathPrefix string
 	methods    []string
 	headers    []policy.HeaderMatch
+	routes     []policy.RouteMatch
 }
 
 // CompileMatch compiles m; nil matches every request.
@@ -143,7 +144,7 @@ func CompileMatch(m *policy.Match) Match {
 	if m == nil {
 		return Match{}
 	}
-	return Match{pathPrefix: m.PathPrefix, methods: m.Methods, headers: m.Headers}
+	return Match{pathPrefix: m.PathPrefix, methods: m.Methods, headers: m.Headers, routes: m.Routes}
 }
 
 // Matches reports whether r satisfies every condition.
@@ -182,6 +183,22 @@ func (m *Match) MatchesRequest(req *Request) bool {
 				return false
 			}
 		case !ok || v != h.Value:
+			return false
+		}
+	}
+	return len(m.routes) == 0 || slices.ContainsFunc(m.routes, func(r policy.RouteMatch) bool { return routeMatches(&r, req) })
+}
+
+// routeMatches reports whether req meets every condition of one HTTPRoute match.
+func routeMatches(r *policy.RouteMatch, req *Request) bool {
+	switch {
+	case r.PathExact != "" && req.Path != r.PathExact,
+		r.PathPrefix != "" && !policy.PathHasPrefix(req.Path, r.PathPrefix),
+		r.Method != "" && req.Method != r.Method:
+		return false
+	}
+	for _, h := range r.Headers {
+		if v, ok := req.Header.Get(h.Name); !ok || v != h.Value {
 			return false
 		}
 	}

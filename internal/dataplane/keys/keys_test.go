@@ -167,6 +167,42 @@ func TestMatch(t *testing.T) {
 	}
 }
 
+// TestMatchRoutes: a rule attached to an HTTPRoute also needs one of the route's matches, with
+// Gateway API's element-wise path prefix.
+func TestMatchRoutes(t *testing.T) {
+	m := CompileMatch(&policy.Match{Methods: []string{"GET", "POST"}, Routes: []policy.RouteMatch{
+		{PathPrefix: "/api/"},
+		{PathExact: "/login", Method: "POST", Headers: []policy.HeaderMatch{{Name: "X-Tier", Value: "free"}}},
+	}})
+	req := func(method, path, tier string) *http.Request {
+		r := httptest.NewRequest(method, path, nil)
+		if tier != "" {
+			r.Header.Set("x-tier", tier)
+		}
+		return r
+	}
+	tests := []struct {
+		r    *http.Request
+		want bool
+	}{
+		{req("GET", "/api", ""), true},
+		{req("GET", "/api/x", ""), true},
+		{req("GET", "/apix", ""), false},
+		{req("PUT", "/api/x", ""), false}, // the rule's own methods still apply
+		{req("POST", "/login", "free"), true},
+		{req("GET", "/login", "free"), false},
+		{req("POST", "/login", "paid"), false},
+		{req("POST", "/login", ""), false},
+		{req("POST", "/login/x", "free"), false},
+		{req("GET", "/static", ""), false},
+	}
+	for i, tc := range tests {
+		if got := m.Matches(tc.r); got != tc.want {
+			t.Errorf("case %d %s %s: %v, want %v", i, tc.r.Method, tc.r.URL.Path, got, tc.want)
+		}
+	}
+}
+
 func BenchmarkKeyAppend(b *testing.B) {
 	k := CompileKey("api", "per-client", []policy.KeyPart{{Source: policy.SourceClientIP}, {Source: policy.SourceHeader, Name: "X-Api-Key"}}, mustTrusted(b, "10.0.0.0/8"))
 	r := httptest.NewRequest("GET", "/", nil)
