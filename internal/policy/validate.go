@@ -80,6 +80,9 @@ func (p Policy) Validate() error {
 		if r.Descriptor() && len(r.CountWhen) > 0 {
 			return fmt.Errorf("rule %s matches descriptors and has countWhen, which Envoy's rate limit service cannot: it never sees the response", r.Name)
 		}
+		if r.Descriptor() && r.Algorithm == string(limiter.Concurrency) {
+			return fmt.Errorf("rule %s matches descriptors and is a Concurrency rule, which Envoy's rate limit service cannot release: it never sees a request end", r.Name)
+		}
 		if r.Descriptor() && r.ResponseCost != nil {
 			return fmt.Errorf("rule %s matches descriptors and has responseCost, which Envoy's rate limit service cannot: it never sees the response", r.Name)
 		}
@@ -134,6 +137,9 @@ func (r Rule) validate() error {
 	}
 	if err := r.validateResponseCost(); err != nil {
 		return err
+	}
+	if r.Algorithm == string(limiter.Concurrency) && (r.Cost != 1 || r.CostHeader != "") {
+		return errors.New("a Concurrency rule's request holds one slot: cost must be 1, without costHeader")
 	}
 	if r.Mode != Enforce && r.Mode != Shadow {
 		return fmt.Errorf("mode %q is not Enforce or Shadow", r.Mode)

@@ -87,6 +87,11 @@ func compileRule(r v1alpha1.Rule) (policy.Rule, error) {
 		if _, err := limiter.LoadZone(cal.TimeZone); err != nil {
 			return policy.Rule{}, fmt.Errorf("calendar.timeZone: %w", err)
 		}
+	} else if r.Algorithm == v1alpha1.Concurrency {
+		if r.Window != "" {
+			return policy.Rule{}, fmt.Errorf("window does not apply to Concurrency")
+		}
+		window = policy.SlotExpiry.Milliseconds() // a Concurrency rule's window is its holdings' expiry
 	} else if window, err = parseMillis(string(r.Window)); err != nil {
 		return policy.Rule{}, fmt.Errorf("window: %w", err)
 	}
@@ -533,6 +538,9 @@ func Summary(p *v1alpha1.RateLimitPolicy) string {
 			per = strings.ToLower(string(c.Period)) + " " + orDefault(c.TimeZone, "UTC")
 		}
 		s := fmt.Sprintf("%s %d/%s", r.Algorithm, r.Limit, per)
+		if r.Algorithm == v1alpha1.Concurrency {
+			s = fmt.Sprintf("%s %d in flight", r.Algorithm, r.Limit)
+		}
 		if r.Mode == v1alpha1.Shadow {
 			s += " (shadow)"
 		}

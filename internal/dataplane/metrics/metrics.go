@@ -46,6 +46,7 @@ type Metrics struct {
 	OutageUnits *prometheus.CounterVec
 
 	responseCostMissing *prometheus.CounterVec
+	slotsHeld           *prometheus.GaugeVec
 }
 
 // New creates the collectors and registers them, with the Go and process collectors, on a new
@@ -115,7 +116,12 @@ func New() *Metrics {
 			Name: "sluice_response_cost_missing_total",
 			Help: "Responses of responseCost rules that reported no valid cost (no header or field, a value that is no non-negative integer, a body too large to search, or no response from the upstream), by policy and rule: such a request was charged its minimumCost.",
 		}, []string{"policy", "rule"}),
+		slotsHeld: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "sluice_concurrency_slots_held",
+			Help: "Slots of Concurrency rules this pod's requests hold now (admitted, response not finished), by policy and rule.",
+		}, []string{"policy", "rule"}),
 	}
+	m.Registry.MustRegister(m.slotsHeld)
 	m.Registry.MustRegister(m.requests, m.fallback, m.DecisionSeconds, m.RedisErrors, m.BreakerState,
 		m.BreakerTransitions, m.ConfigGeneration, m.ConfigReloads, m.ReloadFailures, m.ConfigPolicies,
 		m.QueueDelaySeconds, m.QueueAbandoned, m.UpstreamErrors, m.OutageUnits, m.responseCostMissing,
@@ -153,12 +159,20 @@ type Rule struct {
 	Allowed, Denied, ShadowDenied, NotCharged prometheus.Counter
 	// ResponseCostMissing is set for a responseCost rule (see Metrics.ResponseCostMissing).
 	ResponseCostMissing prometheus.Counter
+	// SlotsHeld is set for a Concurrency rule (see Metrics.SlotsHeld).
+	SlotsHeld prometheus.Gauge
 }
 
 // ResponseCostMissing returns the sluice_response_cost_missing_total counter of a responseCost
 // rule; it is created only for those, so other rules have no such series.
 func (m *Metrics) ResponseCostMissing(policyName, rule string) prometheus.Counter {
 	return m.responseCostMissing.WithLabelValues(policyName, rule)
+}
+
+// SlotsHeld returns the sluice_concurrency_slots_held gauge of a Concurrency rule; it is
+// created only for those, so other rules have no such series.
+func (m *Metrics) SlotsHeld(policyName, rule string) prometheus.Gauge {
+	return m.slotsHeld.WithLabelValues(policyName, rule)
 }
 
 // ForRule returns the counters of a rule.

@@ -87,6 +87,8 @@ type Store struct {
 	closed  bool
 	// refundFailures counts the refunds TakeRequest could not make (see RefundFailures).
 	refundFailures atomic.Int64
+	// holderID names the Store's Concurrency holdings in Redis (see concurrency.go).
+	holderID int64
 }
 
 var _ limiter.Store = (*Store)(nil)
@@ -107,7 +109,7 @@ func newWithSenders(client redis.UniversalClient, opts Options, n int) *Store {
 	if err := opts.Validate(); err != nil {
 		panic(err)
 	}
-	s := &Store{client: client, prefix: opts.Prefix, timeout: opts.Timeout, explicitTime: opts.ExplicitTime}
+	s := &Store{client: client, prefix: opts.Prefix, timeout: opts.Timeout, explicitTime: opts.ExplicitTime, holderID: newHolderID()}
 	if s.prefix == "" {
 		s.prefix = DefaultPrefix
 	}
@@ -281,6 +283,9 @@ func (s *Store) Take(ctx context.Context, key string, lim limiter.Limit, n int64
 	if err := lim.Validate(); err != nil {
 		return limiter.Result{}, fmt.Errorf("%w: %w", limiter.ErrInvalidLimit, err)
 	}
+	if lim.Algorithm == limiter.Concurrency {
+		return limiter.Result{}, fmt.Errorf("%w: a Concurrency slot is taken by TakeRequest, with its holder", limiter.ErrInvalidLimit)
+	}
 	ctx, cancel := context.WithTimeout(ctx, s.timeout)
 	defer cancel()
 	start := time.Now()
@@ -385,7 +390,11 @@ func (s *Store) Keys(key string, lim limiter.Limit) []string {
 	h := sha256.New()
 	tag := algTag(lim)
 	_, _ = h.Write([]byte(tag))
-	_, _ = h.Write(strconv.AppendInt(b[:0], lim.WindowMs(), 10))
+	w := lim.WindowMs()
+	if lim.Algorithm == limiter.Concurrency {
+		w = 0 // the holdings' expiry: a key whose expiry is edited keeps its holdings
+	}
+	_, _ = h.Write(strconv.AppendInt(b[:0], w, 10))
 	_, _ = h.Write([]byte{0})
 	_, _ = h.Write([]byte(key))
 	sum := h.Sum(b[:0])
@@ -414,6 +423,8 @@ func algTag(lim limiter.Limit) string {
 		return "swc"
 	case limiter.TokenBucket:
 		return "tb"
+	case limiter.Concurrency:
+		return "conc"
 	default: // LeakyBucket; Validate admits nothing else
 		if lim.Mode == limiter.Queue {
 			return "lbq"
