@@ -1,9 +1,11 @@
 package main
 
 import (
+	"bufio"
 	"context"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"regexp"
@@ -48,6 +50,15 @@ func newSlowUpstream(t *testing.T) *slowUpstream {
 			case <-r.Context().Done():
 			}
 			_, _ = io.WriteString(w, "done")
+		case "/ws": // an Upgrade tunnel echoing until the client closes it
+			c, brw, err := http.NewResponseController(w).Hijack()
+			if err != nil {
+				return
+			}
+			defer c.Close()
+			_, _ = brw.WriteString("HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n\r\n")
+			_ = brw.Flush()
+			_, _ = io.Copy(c, brw)
 		case "/sse":
 			w.Header().Set("Content-Type", "text/event-stream")
 			for {
@@ -237,6 +248,40 @@ func TestConcurrencyStreamsHoldTheirSlot(t *testing.T) {
 		t.Fatalf("after the client left: %d, want 200", code)
 	}
 	up.open()
+}
+
+// TestConcurrencyTunnelHoldsItsSlot: an Upgrade (WebSocket) tunnel holds its slot until the
+// client closes it.
+func TestConcurrencyTunnelHoldsItsSlot(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds the binary")
+	}
+	up := newSlowUpstream(t)
+	r := redisserver.StartTest(t)
+	s := startSidecarDoc(t, up.URL, concDoc(t, 1, 30*time.Second), "app=conc", r.URL(), "--pod-name", "a", "--redis-timeout", "1s")
+	c, err := net.Dial("tcp", s.Addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, _ = io.WriteString(c, "GET /ws HTTP/1.1\r\nHost: x\r\nX-API-Key: k\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n\r\n")
+	br := bufio.NewReader(c)
+	resp, err := http.ReadResponse(br, nil)
+	if err != nil || resp.StatusCode != http.StatusSwitchingProtocols {
+		t.Fatalf("upgrade: %v, %v", resp, err)
+	}
+	_, _ = io.WriteString(c, "ping")
+	if b := make([]byte, 4); func() bool { _, err := io.ReadFull(br, b); return err != nil || string(b) != "ping" }() {
+		t.Fatal("the tunnel does not echo")
+	}
+	waitSlots(t, s, 1)
+	if code, _, _ := get(t, s, "/fast", "k"); code != http.StatusTooManyRequests {
+		t.Fatalf("a request beside an open tunnel: %d, want 429", code)
+	}
+	c.Close()
+	waitSlots(t, s, 0)
+	if code, _, _ := get(t, s, "/fast", "k"); code != http.StatusOK {
+		t.Fatalf("after the tunnel closed: %d, want 200", code)
+	}
 }
 
 // TestConcurrencyKilledSidecarsSlotsExpire: a sidecar SIGKILLed while it holds 3 of 5 slots.

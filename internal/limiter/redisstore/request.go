@@ -463,7 +463,7 @@ func (s *Store) reserve(ctx context.Context, start time.Time, keys []string, key
 			continue
 		}
 		lim := &takes[c.takes[len(c.takes)-1]].Limit // the content is under its capacity (a key has one limit)
-		if lim.Algorithm == limiter.Concurrency { // the holdings taken, removed
+		if lim.Algorithm == limiter.Concurrency {    // the holdings taken, removed
 			wg.Go(func() {
 				for _, i := range c.takes {
 					if res[i].Allowed && s.Release(rctx, takes[i].Key, *lim, takes[i].Holder) != nil {
