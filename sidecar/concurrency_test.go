@@ -113,6 +113,16 @@ func concDoc(t *testing.T, limit int64, expiry time.Duration, more ...policy.Rul
 	}))
 }
 
+// twoSidecars starts pods a and b in front of up with concDoc's limit of 5 slots, deciding
+// with the Redis at url within timeout.
+func twoSidecars(t *testing.T, up *slowUpstream, url, timeout string) []*sidecar {
+	doc := concDoc(t, 5, 30*time.Second)
+	return []*sidecar{
+		startSidecarDoc(t, up.URL, doc, "app=conc", url, "--pod-name", "a", "--redis-timeout", timeout),
+		startSidecarDoc(t, up.URL, doc, "app=conc", url, "--pod-name", "b", "--redis-timeout", timeout),
+	}
+}
+
 // get sends GET path with X-API-Key: key to s and returns the status and response.
 func get(t *testing.T, s *sidecar, path, key string) (int, http.Header, string) {
 	req, _ := http.NewRequest("GET", s.URL()+path, nil)
@@ -156,12 +166,8 @@ func TestConcurrencyAcrossSidecars(t *testing.T) {
 		t.Skip("builds the binary")
 	}
 	up := newSlowUpstream(t)
-	doc := concDoc(t, 5, 30*time.Second)
 	r := redisserver.StartTest(t)
-	sc := []*sidecar{
-		startSidecarDoc(t, up.URL, doc, "app=conc", r.URL(), "--pod-name", "a", "--redis-timeout", "1s"),
-		startSidecarDoc(t, up.URL, doc, "app=conc", r.URL(), "--pod-name", "b", "--redis-timeout", "1s"),
-	}
+	sc := twoSidecars(t, up, r.URL(), "1s")
 	type answer struct {
 		code int
 		hdr  http.Header
@@ -339,8 +345,9 @@ func TestConcurrencyKilledSidecarsSlotsExpire(t *testing.T) {
 	if now := redisNow(); first <= now || last > now+expiry.Milliseconds() {
 		t.Fatalf("holdings expire at %v, Redis's clock %d: want within (now, now+%s]", held, now, expiry)
 	}
+	waiting := make(chan int, 2)
 	for range 2 {
-		go get(t, b, "/slow", "k") //nolint:errcheck // answered when the gate opens
+		go func() { c, _, _ := get(t, b, "/slow", "k"); waiting <- c }()
 	}
 	waitSlots(t, b, 2)
 	deadline := time.Now().Add(proc.Patience)
@@ -363,6 +370,11 @@ func TestConcurrencyKilledSidecarsSlotsExpire(t *testing.T) {
 		time.Sleep(50 * time.Millisecond)
 	}
 	up.open()
+	for range 2 {
+		if c := <-waiting; c != http.StatusOK {
+			t.Fatalf("a held request answered %d", c)
+		}
+	}
 }
 
 // TestConcurrencyWithARateRule: a request a rate rule denies takes no slot, and one denied
@@ -411,12 +423,8 @@ func TestConcurrencyLocalShares(t *testing.T) {
 		t.Skip("builds the binary")
 	}
 	up := newSlowUpstream(t)
-	doc := concDoc(t, 5, 30*time.Second)
 	r := redisserver.StartTest(t)
-	sc := []*sidecar{
-		startSidecarDoc(t, up.URL, doc, "app=conc", r.URL(), "--pod-name", "a", "--redis-timeout", "50ms"),
-		startSidecarDoc(t, up.URL, doc, "app=conc", r.URL(), "--pod-name", "b", "--redis-timeout", "50ms"),
-	}
+	sc := twoSidecars(t, up, r.URL(), "50ms")
 	r.Kill()
 	codes := make(chan int, 20)
 	for i := range 20 {

@@ -66,7 +66,7 @@ var _ SlotStore = (*MemoryStore)(nil)
 
 // Release implements SlotStore: one slot of key fewer held, if any is. holder is not used:
 // the process that holds a MemoryStore's slots releases each once.
-func (m *MemoryStore) Release(_ context.Context, key string, lim Limit, _ int64) error {
+func (m *MemoryStore) Release(_ context.Context, key string, _ Limit, _ int64) error {
 	sh := &m.shards[maphash.String(m.seed, key)&m.mask]
 	sh.mu.Lock()
 	defer sh.mu.Unlock()

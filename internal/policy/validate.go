@@ -112,6 +112,14 @@ func (r Rule) validateResponseCost() error {
 	return nil
 }
 
+// validateConcurrency checks what a Concurrency rule does not take.
+func (r Rule) validateConcurrency() error {
+	if r.Algorithm == string(limiter.Concurrency) && (r.Cost != 1 || r.CostHeader != "") {
+		return errors.New("a Concurrency rule's request holds one slot: cost must be 1, without costHeader")
+	}
+	return nil
+}
+
 func (r Rule) validate() error {
 	if c := r.Calendar; c != nil {
 		if r.WindowMs != 0 {
@@ -135,11 +143,8 @@ func (r Rule) validate() error {
 	if len(r.CountWhen) > 0 && !r.LimiterLimit().LateChargeable() {
 		return fmt.Errorf("countWhen applies only to FixedWindow and TokenBucket, not %s", r.Algorithm)
 	}
-	if err := r.validateResponseCost(); err != nil {
+	if err := errors.Join(r.validateResponseCost(), r.validateConcurrency()); err != nil {
 		return err
-	}
-	if r.Algorithm == string(limiter.Concurrency) && (r.Cost != 1 || r.CostHeader != "") {
-		return errors.New("a Concurrency rule's request holds one slot: cost must be 1, without costHeader")
 	}
 	if r.Mode != Enforce && r.Mode != Shadow {
 		return fmt.Errorf("mode %q is not Enforce or Shadow", r.Mode)

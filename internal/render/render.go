@@ -72,6 +72,21 @@ func Compile(p *v1alpha1.RateLimitPolicy) (policy.Policy, error) {
 	return out, nil
 }
 
+// windowOf is r's windowMs: its window, or a Concurrency rule's holdings' expiry.
+func windowOf(r v1alpha1.Rule) (int64, error) {
+	if r.Algorithm != v1alpha1.Concurrency {
+		w, err := parseMillis(string(r.Window))
+		if err != nil {
+			return 0, fmt.Errorf("window: %w", err)
+		}
+		return w, nil
+	}
+	if r.Window != "" {
+		return 0, fmt.Errorf("window does not apply to Concurrency")
+	}
+	return policy.SlotExpiry.Milliseconds(), nil
+}
+
 func compileRule(r v1alpha1.Rule) (policy.Rule, error) {
 	var (
 		window int64
@@ -87,13 +102,8 @@ func compileRule(r v1alpha1.Rule) (policy.Rule, error) {
 		if _, err := limiter.LoadZone(cal.TimeZone); err != nil {
 			return policy.Rule{}, fmt.Errorf("calendar.timeZone: %w", err)
 		}
-	} else if r.Algorithm == v1alpha1.Concurrency {
-		if r.Window != "" {
-			return policy.Rule{}, fmt.Errorf("window does not apply to Concurrency")
-		}
-		window = policy.SlotExpiry.Milliseconds() // a Concurrency rule's window is its holdings' expiry
-	} else if window, err = parseMillis(string(r.Window)); err != nil {
-		return policy.Rule{}, fmt.Errorf("window: %w", err)
+	} else if window, err = windowOf(r); err != nil {
+		return policy.Rule{}, err
 	}
 	out := policy.Rule{
 		Calendar:  cal,

@@ -23,6 +23,9 @@ const (
 	NotCharged = "not_charged"
 )
 
+// policyRuleLabels label the series of one rule's own: its policy and its name.
+var policyRuleLabels = []string{"policy", "rule"}
+
 // Metrics are the sidecar's collectors, registered on one registry. Safe for concurrent use.
 type Metrics struct {
 	Registry *prometheus.Registry
@@ -115,12 +118,12 @@ func New() *Metrics {
 		responseCostMissing: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "sluice_response_cost_missing_total",
 			Help: "Responses of responseCost rules that reported no valid cost (no header or field, a value that is no non-negative integer, a body too large to search, or no response from the upstream), by policy and rule: such a request was charged its minimumCost.",
-		}, []string{"policy", "rule"}),
-		slotsHeld: prometheus.NewGaugeVec(prometheus.GaugeOpts{
-			Name: "sluice_concurrency_slots_held",
-			Help: "Slots of Concurrency rules this pod's requests hold now (admitted, response not finished), by policy and rule.",
-		}, []string{"policy", "rule"}),
+		}, policyRuleLabels),
 	}
+	m.slotsHeld = prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Name: "sluice_concurrency_slots_held",
+		Help: "Slots of Concurrency rules this pod's requests hold now (admitted, response not finished), by policy and rule.",
+	}, policyRuleLabels)
 	m.Registry.MustRegister(m.slotsHeld)
 	m.Registry.MustRegister(m.requests, m.fallback, m.DecisionSeconds, m.RedisErrors, m.BreakerState,
 		m.BreakerTransitions, m.ConfigGeneration, m.ConfigReloads, m.ReloadFailures, m.ConfigPolicies,
