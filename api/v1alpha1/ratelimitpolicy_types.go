@@ -5,8 +5,9 @@ import (
 	"k8s.io/apimachinery/pkg/util/intstr"
 )
 
-// Algorithm is the rate-limiting algorithm of a rule.
-// +kubebuilder:validation:Enum=FixedWindow;SlidingWindowLog;SlidingWindowCounter;TokenBucket;LeakyBucket
+// Algorithm is the rate-limiting algorithm of a rule, or Concurrency, which bounds the
+// requests in flight rather than their rate.
+// +kubebuilder:validation:Enum=FixedWindow;SlidingWindowLog;SlidingWindowCounter;TokenBucket;LeakyBucket;Concurrency
 type Algorithm string
 
 // The algorithms.
@@ -16,6 +17,7 @@ const (
 	SlidingWindowCounter Algorithm = "SlidingWindowCounter"
 	TokenBucket          Algorithm = "TokenBucket"
 	LeakyBucket          Algorithm = "LeakyBucket"
+	Concurrency          Algorithm = "Concurrency"
 )
 
 // FailureMode is what a sidecar does while Redis is unreachable.
@@ -326,6 +328,7 @@ type BodySpec struct {
 
 // Rule is one limit: which requests it counts, how it keys them, and how many it admits.
 // +kubebuilder:validation:XValidation:rule="size(self.key) > 0 || (has(self.match) && has(self.match.descriptors))",message="key needs at least one part; only a rule that matches descriptors may have key: [] (one counter for every descriptor it matches)",fieldPath=".key"
+// +kubebuilder:validation:XValidation:rule="self.limit > 0 || self.algorithm != 'Concurrency'",message="limit 0 denies every request: use it with a window algorithm; a Concurrency rule needs at least 1",fieldPath=".limit"
 // +kubebuilder:validation:XValidation:rule="self.limit > 0 || (!has(self.burst) && !has(self.leakyBucket) && !has(self.cost) && !has(self.costHeader) && !has(self.lease) && !has(self.countWhen) && !has(self.responseCost))",message="limit 0 denies every request the rule matches: burst, leakyBucket, cost, costHeader, lease, countWhen and responseCost do not apply",fieldPath=".limit"
 // +kubebuilder:validation:XValidation:rule="!has(self.burst) || self.algorithm in ['TokenBucket', 'LeakyBucket']",message="burst applies only to TokenBucket and LeakyBucket; the window algorithms admit limit per window",fieldPath=".burst"
 // +kubebuilder:validation:XValidation:rule="!has(self.leakyBucket) || self.algorithm == 'LeakyBucket'",message="leakyBucket applies only to algorithm LeakyBucket",fieldPath=".leakyBucket"
@@ -339,7 +342,13 @@ type BodySpec struct {
 // +kubebuilder:validation:XValidation:rule="!has(self.lease) || !has(self.leakyBucket) || !has(self.leakyBucket.mode) || self.leakyBucket.mode != 'Queue'",message="lease does not apply to LeakyBucket mode Queue: a queued request's delay is decided from the bucket's level when it arrives, which a unit leased earlier cannot know; use mode Meter",fieldPath=".lease"
 // +kubebuilder:validation:XValidation:rule="!has(self.lease) || !has(self.lease.maxUnits) || self.lease.maxUnits <= (has(self.burst) ? self.burst : self.limit)",message="lease.maxUnits must not exceed burst (or limit when burst is unset): the shared limit never holds more units at once",fieldPath=".lease.maxUnits"
 // +kubebuilder:validation:XValidation:rule="!has(self.lease) || (!has(self.calendar) && !has(self.countWhen))",message="lease does not apply with calendar or countWhen: a calendar quota is decided in its store, and countWhen charges after the response, which a unit leased in advance cannot wait for",fieldPath=".lease"
-// +kubebuilder:validation:XValidation:rule="has(self.window) != has(self.calendar)",message="set exactly one of window and calendar"
+// +kubebuilder:validation:XValidation:rule="self.algorithm == 'Concurrency' || has(self.window) != has(self.calendar)",message="set exactly one of window and calendar"
+// +kubebuilder:validation:XValidation:rule="self.algorithm != 'Concurrency' || !has(self.window)",message="window does not apply to Concurrency: a request holds its slot from admission until its response ends",fieldPath=".window"
+// +kubebuilder:validation:XValidation:rule="self.algorithm != 'Concurrency' || !has(self.calendar)",message="calendar does not apply to Concurrency: a request holds its slot from admission until its response ends",fieldPath=".calendar"
+// +kubebuilder:validation:XValidation:rule="self.algorithm != 'Concurrency' || !has(self.cost)",message="cost does not apply to Concurrency: each request holds one slot",fieldPath=".cost"
+// +kubebuilder:validation:XValidation:rule="self.algorithm != 'Concurrency' || !has(self.costHeader)",message="costHeader does not apply to Concurrency: each request holds one slot",fieldPath=".costHeader"
+// +kubebuilder:validation:XValidation:rule="self.algorithm != 'Concurrency' || !has(self.lease)",message="lease does not apply to Concurrency: a slot is held by one request until it ends, not spent in advance",fieldPath=".lease"
+// +kubebuilder:validation:XValidation:rule="self.algorithm != 'Concurrency' || !has(self.match) || !has(self.match.descriptors)",message="a rule that matches descriptors cannot use algorithm Concurrency: Envoy's rate limit service never sees a request end, so it could never release a slot",fieldPath=".algorithm"
 // +kubebuilder:validation:XValidation:rule="!has(self.calendar) || self.algorithm == 'FixedWindow'",message="calendar applies only to algorithm FixedWindow",fieldPath=".calendar"
 // +kubebuilder:validation:XValidation:rule="!has(self.countWhen) || self.algorithm in ['FixedWindow', 'TokenBucket']",message="countWhen applies only to FixedWindow and TokenBucket, the algorithms that take a charge after the response",fieldPath=".countWhen"
 // +kubebuilder:validation:XValidation:rule="!has(self.responseCost) || self.algorithm in ['FixedWindow', 'TokenBucket']",message="responseCost applies only to FixedWindow (with window or calendar) and TokenBucket, the algorithms that take a charge after the response: SlidingWindowCounter's estimate and SlidingWindowLog's entries must stay within the limit, and a LeakyBucket has already handed out its delays",fieldPath=".responseCost"
@@ -372,14 +381,17 @@ type Rule struct {
 	Key []KeyPart `json:"key"`
 
 	// algorithm is FixedWindow, SlidingWindowLog, SlidingWindowCounter, TokenBucket or
-	// LeakyBucket.
+	// LeakyBucket, or Concurrency: at most limit requests of a key in flight at once across
+	// every pod, each holding a slot from admission until its response ends (no window,
+	// calendar, burst, cost, lease or response-based charge; not for descriptor rules).
 	// +required
 	Algorithm Algorithm `json:"algorithm"`
 
 	// limit is the number of requests (cost units) admitted per window, 0 to 100000000.
-	// For TokenBucket and LeakyBucket it is the refill (leak) rate: limit per window. 0 denies
-	// every request the rule matches, with no Retry-After (a block list entry, as
-	// envoyproxy/ratelimit's requests_per_unit: 0).
+	// For TokenBucket and LeakyBucket it is the refill (leak) rate: limit per window; for
+	// Concurrency, the requests of a key in flight at once. 0 denies every request the rule
+	// matches, with no Retry-After (a block list entry, as envoyproxy/ratelimit's
+	// requests_per_unit: 0).
 	// +required
 	// +kubebuilder:validation:Minimum=0
 	// +kubebuilder:validation:Maximum=100000000

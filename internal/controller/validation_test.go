@@ -131,6 +131,27 @@ var _ = Describe("RateLimitPolicy validation", func() {
 			algorithm(v1alpha1.FixedWindow)(p)
 			burst(5)(p)
 		}, "spec.rules[0].burst", "burst applies only to TokenBucket and LeakyBucket"),
+		Entry("window on Concurrency", algorithm(v1alpha1.Concurrency),
+			"spec.rules[0].window", "window does not apply to Concurrency"),
+		Entry("cost on Concurrency", rule0(func(r *v1alpha1.Rule) {
+			r.Algorithm, r.Window, r.Cost = v1alpha1.Concurrency, "", ptr.To[int64](1)
+		}), "spec.rules[0].cost", "cost does not apply to Concurrency"),
+		Entry("burst on Concurrency", rule0(func(r *v1alpha1.Rule) {
+			r.Algorithm, r.Window, r.Burst = v1alpha1.Concurrency, "", ptr.To[int64](2)
+		}), "spec.rules[0].burst", "burst applies only to TokenBucket and LeakyBucket"),
+		Entry("calendar on Concurrency", rule0(func(r *v1alpha1.Rule) {
+			r.Algorithm, r.Window, r.Calendar = v1alpha1.Concurrency, "", &v1alpha1.CalendarSpec{Period: v1alpha1.CalendarPeriod("Day")}
+		}), "spec.rules[0].calendar", "calendar does not apply to Concurrency"),
+		Entry("lease on Concurrency", rule0(func(r *v1alpha1.Rule) {
+			r.Algorithm, r.Window, r.Lease = v1alpha1.Concurrency, "", &v1alpha1.LeaseSpec{MaxAge: "1s"}
+		}), "spec.rules[0].lease", "lease does not apply to Concurrency"),
+		Entry("responseCost on Concurrency", rule0(func(r *v1alpha1.Rule) {
+			r.Algorithm, r.Window, r.ResponseCost = v1alpha1.Concurrency, "", &v1alpha1.ResponseCost{Header: "X-Cost"}
+		}), "spec.rules[0].responseCost", "responseCost applies only to FixedWindow"),
+		Entry("a descriptor rule with Concurrency", func(p *v1alpha1.RateLimitPolicy) {
+			descriptorRule(p)
+			rule0(func(r *v1alpha1.Rule) { r.Algorithm, r.Window = v1alpha1.Concurrency, "" })(p)
+		}, "spec.rules[0].algorithm", "cannot use algorithm Concurrency"),
 		Entry("leakyBucket on TokenBucket", rule0(func(r *v1alpha1.Rule) { r.LeakyBucket = &v1alpha1.LeakyBucketSpec{} }),
 			"spec.rules[0].leakyBucket", "leakyBucket applies only to algorithm LeakyBucket"),
 		Entry("maxDelay in Meter mode", rule0(func(r *v1alpha1.Rule) {

@@ -21,6 +21,8 @@ func (l Limit) Leasable() error {
 	switch {
 	case l.Algorithm == SlidingWindowLog:
 		return fmt.Errorf("leases do not apply to %s: units spent up to maxAge after they were issued would break its bound on every sliding window", l.Algorithm)
+	case l.Algorithm == Concurrency:
+		return fmt.Errorf("leases do not apply to Concurrency: a slot is held by one request until it ends, not spent")
 	case l.Algorithm == LeakyBucket && l.Mode == Queue:
 		return fmt.Errorf("leases do not apply to LeakyBucket Queue: a queued request's delay depends on the level it finds")
 	}

@@ -65,9 +65,10 @@ type Limit struct {
 	// Algorithm is one of the five algorithms.
 	Algorithm Algorithm
 	// Limit is the number of units admitted per Window; for the buckets it sets the rate,
-	// Limit per Window.
+	// Limit per Window; for Concurrency it is the number of requests in flight.
 	Limit int64
-	// Window is the period Limit applies to, a whole number of milliseconds.
+	// Window is the period Limit applies to, a whole number of milliseconds; for Concurrency,
+	// how long a holding lasts in a shared store unless renewed.
 	Window time.Duration
 	// Burst is the bucket capacity for TokenBucket and LeakyBucket; zero means Limit.
 	// Ignored by the window algorithms.
@@ -124,9 +125,9 @@ func (l Limit) WindowMs() int64 { return l.Window.Milliseconds() }
 // Validate reports whether l is within the bounds that keep the arithmetic exact.
 func (l Limit) Validate() error {
 	switch l.Algorithm {
-	case FixedWindow, SlidingWindowLog, SlidingWindowCounter, TokenBucket, LeakyBucket:
+	case FixedWindow, SlidingWindowLog, SlidingWindowCounter, TokenBucket, LeakyBucket, Concurrency:
 	default:
-		return fmt.Errorf("algorithm %q is not one of FixedWindow, SlidingWindowLog, SlidingWindowCounter, TokenBucket, LeakyBucket", l.Algorithm)
+		return fmt.Errorf("algorithm %q is not one of FixedWindow, SlidingWindowLog, SlidingWindowCounter, TokenBucket, LeakyBucket, Concurrency", l.Algorithm)
 	}
 	if l.Limit < 1 || l.Limit > MaxLimit {
 		return fmt.Errorf("limit %d is outside 1..%d", l.Limit, MaxLimit)

@@ -72,6 +72,7 @@ type memoryEntry struct {
 	tokens    TokenBucketState
 	leaky     LeakyBucketState
 	log       *SlidingWindowLogState
+	slots     ConcurrencyState
 }
 
 // NewMemoryStore returns an empty MemoryStore.
@@ -137,7 +138,7 @@ func (m *MemoryStore) Take(_ context.Context, key string, lim Limit, n int64, no
 	e = new(memoryEntry)
 	e.adapt(lim)
 	r := e.take(n, nowMs)
-	if r.ResetAfter > 0 { // a request that leaves the key fresh need not be remembered
+	if e.expiresAt > nowMs { // a request that leaves the key fresh need not be remembered
 		sh.makeRoom(nowMs)
 		sh.entries[key] = e
 		sh.logGrew(key, e.logEntries())
@@ -157,6 +158,7 @@ const (
 	kindLeakyMeter
 	kindLeakyQueue
 	kindCalendar
+	kindConcurrency
 )
 
 // take applies e's transition and records when its state will be a fresh key's again.
@@ -176,6 +178,10 @@ func (e *memoryEntry) take(c, now int64) Result {
 		r = e.leaky.takeMeter(&e.lim, c, now)
 	case kindLeakyQueue:
 		r = e.leaky.takeQueue(&e.lim, c, now)
+	case kindConcurrency:
+		r = e.slots.take(&e.lim, c)
+		e.expiresAt = e.slots.expiry(now)
+		return r
 	default:
 		if e.log == nil {
 			e.log = new(SlidingWindowLogState)
@@ -227,7 +233,9 @@ func (sh *memoryShard) drop(k string, e *memoryEntry) {
 
 // adapt moves e to lim (valid, different from e.lim); see MemoryStore.
 func (e *memoryEntry) adapt(lim Limit) {
-	if lim.Algorithm != e.lim.Algorithm || lim.Window != e.lim.Window || lim.Mode != e.lim.Mode ||
+	// A Concurrency key's holdings stay held when its expiry changes: they are released one
+	// by one.
+	if lim.Algorithm != e.lim.Algorithm || (lim.Window != e.lim.Window && lim.Algorithm != Concurrency) || lim.Mode != e.lim.Mode ||
 		lim.Period != e.lim.Period || lim.Zone != e.lim.Zone {
 		*e = memoryEntry{}
 	}
@@ -244,6 +252,8 @@ func (e *memoryEntry) adapt(lim Limit) {
 		e.kind = kindSlidingWindowCounter
 	case TokenBucket:
 		e.kind = kindTokenBucket
+	case Concurrency:
+		e.kind = kindConcurrency
 	case LeakyBucket:
 		e.kind = kindLeakyMeter
 		if lim.Mode == Queue {

@@ -21,6 +21,10 @@ type Take struct {
 	// Shadow), but an admitted request leaves the key's state as it was. A countWhen rule
 	// checks at admission and charges (Charger) after the response.
 	Check bool
+	// Holder names the holding of a Concurrency take (a number its front end never reuses
+	// while the process runs): a shared store keeps the slot under it until released
+	// (SlotStore.Release) or expired. Other algorithms ignore it.
+	Holder int64
 }
 
 // RequestStore decides all the takes of one request as one unit, so that a rule that denies a

@@ -233,7 +233,8 @@ type Rule struct {
 	Key       []KeyPart `json:"key"`
 	Algorithm string    `json:"algorithm"`
 	Limit     int64     `json:"limit"`
-	// WindowMs is the window; 0 for a calendar rule.
+	// WindowMs is the window; 0 for a calendar rule. For a Concurrency rule it is how long a
+	// holding lasts in Redis unless its sidecar renews it (the controller renders SlotExpiry).
 	WindowMs int64 `json:"windowMs"`
 	// Calendar, when set, makes a FixedWindow count per calendar period of a time zone.
 	Calendar *Calendar `json:"calendar,omitempty"`
@@ -260,6 +261,11 @@ type Rule struct {
 	// response ends.
 	ResponseCost *ResponseCost `json:"responseCost,omitempty"`
 }
+
+// SlotExpiry is the WindowMs the controller renders for a Concurrency rule: a holding that its
+// sidecar stops renewing (the sidecar died or lost Redis) is freed at most this long after
+// its last renewal. The sidecars renew each holding every third of it.
+const SlotExpiry = 30 * time.Second
 
 // ResponseCost is where a response reports its request's cost: exactly one of Header and
 // JSONField.

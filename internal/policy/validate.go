@@ -81,6 +81,9 @@ func (p Policy) Validate() error {
 		if r.Descriptor() && len(r.CountWhen) > 0 {
 			return fmt.Errorf("rule %s matches descriptors and has countWhen, which Envoy's rate limit service cannot: it never sees the response", r.Name)
 		}
+		if r.Descriptor() && r.Algorithm == string(limiter.Concurrency) {
+			return fmt.Errorf("rule %s matches descriptors and is a Concurrency rule, which Envoy's rate limit service cannot release: it never sees a request end", r.Name)
+		}
 		if r.Descriptor() && r.ResponseCost != nil {
 			return fmt.Errorf("rule %s matches descriptors and has responseCost, which Envoy's rate limit service cannot: it never sees the response", r.Name)
 		}
@@ -112,8 +115,16 @@ func (r Rule) validateResponseCost() error {
 
 // validateBlocked checks that a rule of limit 0 sets nothing that would not apply.
 func (r Rule) validateBlocked() error {
-	if r.Blocked() && (r.Burst != 0 || r.LeakyMode == string(limiter.Queue) || r.Cost != 1 || r.CostHeader != "" || r.Lease != nil || len(r.CountWhen) > 0 || r.ResponseCost != nil) {
-		return errors.New("limit 0 denies every request: burst, queueing, a cost other than 1, costHeader, lease, countWhen and responseCost do not apply")
+	if r.Blocked() && (r.Algorithm == string(limiter.Concurrency) || r.Burst != 0 || r.LeakyMode == string(limiter.Queue) || r.Cost != 1 || r.CostHeader != "" || r.Lease != nil || len(r.CountWhen) > 0 || r.ResponseCost != nil) {
+		return errors.New("limit 0 denies every request: Concurrency, burst, queueing, a cost other than 1, costHeader, lease, countWhen and responseCost do not apply")
+	}
+	return nil
+}
+
+// validateConcurrency checks what a Concurrency rule does not take.
+func (r Rule) validateConcurrency() error {
+	if r.Algorithm == string(limiter.Concurrency) && (r.Cost != 1 || r.CostHeader != "") {
+		return errors.New("a Concurrency rule's request holds one slot: cost must be 1, without costHeader")
 	}
 	return nil
 }
@@ -144,7 +155,7 @@ func (r Rule) validate() error {
 	if len(r.CountWhen) > 0 && !r.LimiterLimit().LateChargeable() {
 		return fmt.Errorf("countWhen applies only to FixedWindow and TokenBucket, not %s", r.Algorithm)
 	}
-	if err := r.validateResponseCost(); err != nil {
+	if err := errors.Join(r.validateResponseCost(), r.validateConcurrency()); err != nil {
 		return err
 	}
 	if r.Mode != Enforce && r.Mode != Shadow {

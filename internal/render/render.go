@@ -106,6 +106,21 @@ func compile(p *v1alpha1.RateLimitPolicy, t *Target) (policy.Policy, error) {
 	return out, nil
 }
 
+// windowOf is r's windowMs: its window, or a Concurrency rule's holdings' expiry.
+func windowOf(r v1alpha1.Rule) (int64, error) {
+	if r.Algorithm != v1alpha1.Concurrency {
+		w, err := parseMillis(string(r.Window))
+		if err != nil {
+			return 0, fmt.Errorf("window: %w", err)
+		}
+		return w, nil
+	}
+	if r.Window != "" {
+		return 0, fmt.Errorf("window does not apply to Concurrency")
+	}
+	return policy.SlotExpiry.Milliseconds(), nil
+}
+
 func compileRule(r v1alpha1.Rule) (policy.Rule, error) {
 	var (
 		window int64
@@ -121,8 +136,8 @@ func compileRule(r v1alpha1.Rule) (policy.Rule, error) {
 		if _, err := limiter.LoadZone(cal.TimeZone); err != nil {
 			return policy.Rule{}, fmt.Errorf("calendar.timeZone: %w", err)
 		}
-	} else if window, err = parseMillis(string(r.Window)); err != nil {
-		return policy.Rule{}, fmt.Errorf("window: %w", err)
+	} else if window, err = windowOf(r); err != nil {
+		return policy.Rule{}, err
 	}
 	out := policy.Rule{
 		Calendar:  cal,
@@ -582,6 +597,9 @@ func Summary(p *v1alpha1.RateLimitPolicy) string {
 			per = strings.ToLower(string(c.Period)) + " " + orDefault(c.TimeZone, "UTC")
 		}
 		s := fmt.Sprintf("%s %d/%s", r.Algorithm, r.Limit, per)
+		if r.Algorithm == v1alpha1.Concurrency {
+			s = fmt.Sprintf("%s %d in flight", r.Algorithm, r.Limit)
+		}
 		if r.Mode == v1alpha1.Shadow {
 			s += " (shadow)"
 		}

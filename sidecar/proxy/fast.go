@@ -16,6 +16,7 @@ import (
 
 	"github.com/valyala/fasthttp"
 
+	"github.com/sluice-dev/sluice/internal/dataplane/decide"
 	"github.com/sluice-dev/sluice/internal/dataplane/keys"
 )
 
@@ -152,6 +153,12 @@ func (h *Handler) admit(ctx *fasthttp.RequestCtx, a *admitted) bool {
 			view.SetRemoteAddr(ctx.RemoteAddr().String())
 		}
 		a.d = h.decide(context.Background(), cfg, &view)
+		if hold := a.d.v.Hold; hold != nil {
+			// fasthttp closes a request's user values once its response is finished: the
+			// last body byte written, the client gone, an Upgrade tunnel closed (the
+			// hijacked connection's handler returned).
+			ctx.SetUserValue(holdKey, holdCloser{hold})
+		}
 		switch a.d.action {
 		case deny:
 			writeDeniedFast(ctx, &a.d.v)
@@ -169,6 +176,17 @@ func (h *Handler) admit(ctx *fasthttp.RequestCtx, a *admitted) bool {
 		}
 	}
 	return true
+}
+
+// holdKey is the user value under which a request's Concurrency slots wait for its end.
+const holdKey = "sluice.hold"
+
+// holdCloser releases a request's Concurrency slots when fasthttp closes its user values.
+type holdCloser struct{ h *decide.Holding }
+
+func (c holdCloser) Close() error {
+	c.h.Release()
+	return nil
 }
 
 // upstreamResponse is a response read on a connection of its own, closed with its body.

@@ -175,6 +175,9 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if len(cfg.Policies) > 0 {
 		req := keys.NewRequest(r)
 		d := h.decide(r.Context(), cfg, &req)
+		// The handler returns once ReverseProxy has written the response, the client has
+		// gone or the upstream failed: the request's Concurrency slots are then free.
+		defer d.v.Hold.Release()
 		switch d.action {
 		case deny:
 			writeDenied(w, &d.v)

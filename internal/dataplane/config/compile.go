@@ -275,6 +275,14 @@ func compilePolicyRules(p policy.Policy, podName string, m *metrics.Metrics, des
 			Quoted:       quoted,
 			Metrics:      m.ForRule(p.Name, r.Name),
 		})
+		if lim.Algorithm == limiter.Concurrency {
+			// The draft's unit for requests in flight; no window, and no reset: a slot frees
+			// when a request ends, which nothing knows in advance.
+			rule := cp.Rules[len(cp.Rules)-1]
+			rule.DraftPolicy = quoted + ";q=" + rule.LimitValue + `;qu="concurrent-requests"`
+			rule.Draft7Policy = rule.LimitValue
+			rule.Metrics.SlotsHeld = m.SlotsHeld(p.Name, r.Name)
+		}
 		if rc := r.ResponseCost; rc != nil {
 			rule := cp.Rules[len(cp.Rules)-1]
 			rule.ResponseCost = &ResponseCost{Header: rc.Header, Path: rc.Path()}

@@ -85,6 +85,8 @@ type Decider struct {
 	// backlog is the usage admitted locally while Remote could not decide, to charge to it
 	// (backlog.go); nil unless Remote is a Charger.
 	backlog *backlog
+	// slots are the Concurrency slots held (slots.go).
+	slots holdings
 }
 
 // New returns a Decider.
@@ -215,7 +217,8 @@ func (d *Decider) TakeRequest(ctx context.Context, pols []*config.Policy, rules 
 // remote decides takes with Redis: a single take with Take (the store's cheapest path, the
 // same decision), several with one TakeRequest.
 func (d *Decider) remote(ctx context.Context, takes []limiter.Take, now time.Time, res []limiter.Result) error {
-	if len(takes) == 1 && !takes[0].Check { // Take charges; a check goes as a request
+	// Take charges; a check goes as a request, and so does a Concurrency take, with its holder.
+	if len(takes) == 1 && !takes[0].Check && takes[0].Limit.Algorithm != limiter.Concurrency {
 		r, err := d.opts.Remote.Take(ctx, takes[0].Key, takes[0].Limit, takes[0].N, now)
 		res[0] = r
 		return err
@@ -340,7 +343,9 @@ func (d *Decider) takeLocal(ctx context.Context, rules []*config.Rule, takes []l
 	if costs != nil && limiter.Admitted(takes, res) {
 		nowMs := now.UnixMilli()
 		for i, rule := range rules {
-			if res[i].Allowed && !takes[i].Check { // a check charges nothing (KeepLate may, later)
+			// A check charges nothing (KeepLate may, later); a slot is no usage: it is
+			// released in the local store.
+			if res[i].Allowed && !takes[i].Check && takes[i].Limit.Algorithm != limiter.Concurrency {
 				d.backlog.add(takes[i].Key, rule.Limit, costs[i], nowMs)
 			}
 		}

@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/sluice-dev/sluice/internal/dataplane/config"
+	"github.com/sluice-dev/sluice/internal/limiter"
 	"github.com/sluice-dev/sluice/internal/policy"
 )
 
@@ -118,6 +119,9 @@ func (rf *Fields) std(buf []byte, v *Verdict, p Pick) []byte {
 	}
 	resetD, hasReset := p.ResetAfter()
 	reset := config.CeilSeconds(resetD)
+	// A Concurrency rule has no window and no reset (a slot frees when a request ends): its
+	// fields carry the draft's unit instead, and remaining alone.
+	conc := rule.Limit.Algorithm == limiter.Concurrency
 	shared := !v.Local && res.Limit == rule.Limit.Capacity()
 	style := rule.Style
 	if style == policy.HeadersDraft7 {
@@ -126,8 +130,10 @@ func (rf *Fields) std(buf []byte, v *Verdict, p Pick) []byte {
 		} else {
 			start := len(buf)
 			buf = strconv.AppendInt(buf, res.Limit, 10)
-			buf = append(buf, ";w="...)
-			buf = strconv.AppendInt(buf, max(config.CeilSeconds(rule.Limit.Window), 1), 10)
+			if !conc {
+				buf = append(buf, ";w="...)
+				buf = strconv.AppendInt(buf, max(config.CeilSeconds(rule.Limit.Window), 1), 10)
+			}
 			rf.addSpan(HeaderRateLimitPolicy, start, len(buf))
 		}
 		if hasReset {
@@ -150,8 +156,12 @@ func (rf *Fields) std(buf []byte, v *Verdict, p Pick) []byte {
 			buf = append(buf, rule.Quoted...)
 			buf = append(buf, ";q="...)
 			buf = strconv.AppendInt(buf, res.Limit, 10)
-			buf = append(buf, ";w="...)
-			buf = strconv.AppendInt(buf, max(config.CeilSeconds(rule.Limit.Window), 1), 10)
+			if conc {
+				buf = append(buf, `;qu="concurrent-requests"`...)
+			} else {
+				buf = append(buf, ";w="...)
+				buf = strconv.AppendInt(buf, max(config.CeilSeconds(rule.Limit.Window), 1), 10)
+			}
 			rf.addSpan(HeaderRateLimitPolicy, start, len(buf))
 		}
 		if hasReset {
@@ -159,8 +169,10 @@ func (rf *Fields) std(buf []byte, v *Verdict, p Pick) []byte {
 			buf = append(buf, rule.Quoted...)
 			buf = append(buf, ";r="...)
 			buf = strconv.AppendInt(buf, res.Remaining, 10)
-			buf = append(buf, ";t="...)
-			buf = strconv.AppendInt(buf, reset, 10)
+			if !conc {
+				buf = append(buf, ";t="...)
+				buf = strconv.AppendInt(buf, reset, 10)
+			}
 			rf.addSpan(HeaderRateLimit, start, len(buf))
 		}
 	}
@@ -171,7 +183,7 @@ func (rf *Fields) std(buf []byte, v *Verdict, p Pick) []byte {
 			buf = rf.addInt(buf, HeaderLegacyLimit, res.Limit)
 		}
 		buf = rf.addInt(buf, HeaderLegacyRemaining, res.Remaining)
-		if hasReset {
+		if hasReset && !conc {
 			if rule.Policy.UnixReset {
 				reset = (v.At.UnixMilli() + resetD.Milliseconds() + 999) / 1000
 			}

@@ -90,6 +90,7 @@ func (d *Decider) Decide(ctx context.Context, r *Request, now time.Time) Verdict
 		r.res = make([]limiter.Result, r.n)
 	}
 	r.res = r.res[:r.n]
+	d.numberSlots(r.takes)
 	rules, takes, out, local := d.TakeRequest(ctx, r.pols, r.rules, r.takes, now, r.res)
 	v := Verdict{Outcome: out, At: now}
 	if out != Decided {
@@ -102,7 +103,9 @@ func (d *Decider) Decide(ctx context.Context, r *Request, now time.Time) Verdict
 		}
 	}
 	v.Local = local
-	Count(rules, takes, r.dRes)
+	if Count(rules, takes, r.dRes) {
+		v.Hold = d.hold(rules, takes, r.dRes, local, now)
+	}
 	for i, rule := range rules {
 		v.Add(rule, takes[i].Limit, r.dRes[i])
 	}

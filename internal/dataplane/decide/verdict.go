@@ -39,6 +39,9 @@ type Verdict struct {
 	// Delay is how long an admitted request waits before it is passed on: the longest delay of
 	// its enforced rules; zero when Denied.
 	Delay time.Duration
+	// Hold is the Concurrency slots an admitted request holds, which its front end releases
+	// (Holding.Release) once the response is finished; nil when it holds none.
+	Hold *Holding
 	// The rules the headers show, picked as Show is among some of the rules: std among those
 	// whose style is Draft, Legacy, Both or Draft7, req and tok among the OpenAI-style rules
 	// counting requests and tokens (Rule.Tokens). A rule of style None is in none.

@@ -112,10 +112,17 @@ const localSweep = 30 * time.Second
 // return at most this long after it ends (or at its key's next request).
 const leaseSweep = 20 * time.Millisecond
 
+// slotRenewal is how often the Concurrency slots held in Redis are looked at for renewal
+// (each is renewed a third of its expiry after the last time).
+const slotRenewal = 250 * time.Millisecond
+
 // Start runs the engine's sweeps until ctx ends: the local store's ended keys, the leases that
-// expired.
+// expired, the renewal of the Concurrency slots held in Redis.
 func (e *Engine) Start(ctx context.Context) {
 	go every(ctx, e.clk, localSweep, func(now time.Time) { e.Local.Sweep(now) })
+	if e.redis != nil {
+		go every(ctx, e.clk, slotRenewal, func(time.Time) { e.Decider.RenewSlots(ctx) })
+	}
 	if leases := e.Leases; leases != nil {
 		go every(ctx, e.clk, leaseSweep, func(now time.Time) { leases.Sweep(ctx, now) })
 	}

@@ -23,6 +23,9 @@ const (
 	NotCharged = "not_charged"
 )
 
+// policyRuleLabels label the series of one rule's own: its policy and its name.
+var policyRuleLabels = []string{"policy", "rule"}
+
 // Metrics are the sidecar's collectors, registered on one registry. Safe for concurrent use.
 type Metrics struct {
 	Registry *prometheus.Registry
@@ -46,6 +49,7 @@ type Metrics struct {
 	OutageUnits *prometheus.CounterVec
 
 	responseCostMissing *prometheus.CounterVec
+	slotsHeld           *prometheus.GaugeVec
 }
 
 // New creates the collectors and registers them, with the Go and process collectors, on a new
@@ -114,8 +118,13 @@ func New() *Metrics {
 		responseCostMissing: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "sluice_response_cost_missing_total",
 			Help: "Responses of responseCost rules that reported no valid cost (no header or field, a value that is no non-negative integer, a body too large to search, or no response from the upstream), by policy and rule: such a request was charged its minimumCost.",
-		}, []string{"policy", "rule"}),
+		}, policyRuleLabels),
 	}
+	m.slotsHeld = prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Name: "sluice_concurrency_slots_held",
+		Help: "Slots of Concurrency rules this pod's requests hold now (admitted, response not finished), by policy and rule.",
+	}, policyRuleLabels)
+	m.Registry.MustRegister(m.slotsHeld)
 	m.Registry.MustRegister(m.requests, m.fallback, m.DecisionSeconds, m.RedisErrors, m.BreakerState,
 		m.BreakerTransitions, m.ConfigGeneration, m.ConfigReloads, m.ReloadFailures, m.ConfigPolicies,
 		m.QueueDelaySeconds, m.QueueAbandoned, m.UpstreamErrors, m.OutageUnits, m.responseCostMissing,
@@ -153,12 +162,20 @@ type Rule struct {
 	Allowed, Denied, ShadowDenied, NotCharged prometheus.Counter
 	// ResponseCostMissing is set for a responseCost rule (see Metrics.ResponseCostMissing).
 	ResponseCostMissing prometheus.Counter
+	// SlotsHeld is set for a Concurrency rule (see Metrics.SlotsHeld).
+	SlotsHeld prometheus.Gauge
 }
 
 // ResponseCostMissing returns the sluice_response_cost_missing_total counter of a responseCost
 // rule; it is created only for those, so other rules have no such series.
 func (m *Metrics) ResponseCostMissing(policyName, rule string) prometheus.Counter {
 	return m.responseCostMissing.WithLabelValues(policyName, rule)
+}
+
+// SlotsHeld returns the sluice_concurrency_slots_held gauge of a Concurrency rule; it is
+// created only for those, so other rules have no such series.
+func (m *Metrics) SlotsHeld(policyName, rule string) prometheus.Gauge {
+	return m.slotsHeld.WithLabelValues(policyName, rule)
 }
 
 // ForRule returns the counters of a rule.

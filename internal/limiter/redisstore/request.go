@@ -90,6 +90,9 @@ func (sc *scriptCall) add(key int, t *scriptTake) {
 	default:
 		c = min(c, max(t.lim[1], t.lim[3])+1)
 	}
+	if t.lim[0] == algConcurrency {
+		c = t.cost // the holding's number, not a cost
+	}
 	sc.kinds |= 1 << (t.flags & 7)
 	if key < packedIndices && l < packedIndices && c >= 0 && c < packedCost {
 		v := t.flags + 128*(int64(key)+packedIndices*(int64(l)+packedIndices*c))
@@ -312,7 +315,7 @@ func (s *Store) TakeRequest(ctx context.Context, takes []limiter.Take, now time.
 	if _, single := s.client.(*redis.Client); single || len(keys) == 1 {
 		st := make([]scriptTake, len(takes))
 		for i := range takes {
-			st[i] = takeOf(keyOf[i], &takes[i], now)
+			st[i] = s.takeOf(keyOf[i], &takes[i], now)
 		}
 		st[len(st)-1].flags |= flagEnd
 		if _, _, err := s.runRequest(ctx, nowArg, keys, st, takes, res); err != nil {
@@ -342,6 +345,16 @@ func takeOf(k int, t *limiter.Take, now time.Time) scriptTake {
 		m, w = lim.CalendarBounds(now.UnixMilli())
 	}
 	return scriptTake{key: k, lim: scriptLimit{int64(algCode(lim)), lim.Limit, w, lim.Capacity(), m}, cost: t.N, flags: kind}
+}
+
+// takeOf is takeOf with, for a Concurrency take, the Store's holder id in place of M and the
+// holding's number in place of the cost (see lua/request.lua).
+func (s *Store) takeOf(k int, t *limiter.Take, now time.Time) scriptTake {
+	st := takeOf(k, t, now)
+	if st.lim[0] == algConcurrency {
+		st.lim[4], st.cost = s.holderID, t.Holder
+	}
+	return st
 }
 
 // runRequest runs the request script on one group of takes (st, the script's form of takes)
@@ -401,7 +414,7 @@ func (s *Store) reserve(ctx context.Context, start time.Time, keys []string, key
 			sub := make([]limiter.Take, len(c.takes))
 			for j, i := range c.takes {
 				sub[j] = takes[i]
-				st[j] = takeOf(0, &takes[i], now)
+				st[j] = s.takeOf(0, &takes[i], now)
 				st[j].flags |= flagState
 			}
 			st[len(st)-1].flags |= flagEnd
@@ -450,6 +463,16 @@ func (s *Store) reserve(ctx context.Context, start time.Time, keys []string, key
 			continue
 		}
 		lim := &takes[c.takes[len(c.takes)-1]].Limit // the content is under its capacity (a key has one limit)
+		if lim.Algorithm == limiter.Concurrency {    // the holdings taken, removed
+			wg.Go(func() {
+				for _, i := range c.takes {
+					if res[i].Allowed && s.Release(rctx, takes[i].Key, *lim, takes[i].Holder) != nil {
+						s.refundFailures.Add(1) // the holding expires after Window
+					}
+				}
+			})
+			continue
+		}
 		wg.Go(func() {
 			// On the key's master's connections, like every round trip (see conns.go).
 			err := s.roundTrip(rctx, keys[k], func() error {
@@ -500,6 +523,8 @@ func algCode(lim *limiter.Limit) int {
 		return 3
 	case limiter.TokenBucket:
 		return 4
+	case limiter.Concurrency:
+		return algConcurrency
 	default: // LeakyBucket; Validate admits nothing else
 		if lim.Mode == limiter.Queue {
 			return 6
@@ -507,3 +532,6 @@ func algCode(lim *limiter.Limit) int {
 		return 5
 	}
 }
+
+// algConcurrency is the scripts' number for Concurrency.
+const algConcurrency = 8

@@ -19,6 +19,8 @@ var (
 	requestLua string
 	//go:embed lua/refund.lua
 	refundLua string
+	//go:embed lua/slots.lua
+	slotsLua string
 )
 
 // script is a Lua script run with EVALSHA. When Redis answers NOSCRIPT (after a restart or
@@ -35,6 +37,7 @@ func newScript(src string) *script { return &script{Script: redis.NewScript(src)
 var (
 	requestScript = newScript(arithLua + requestLua)
 	refundScript  = newScript(arithLua + refundLua)
+	slotsScript   = newScript(arithLua + slotsLua)
 )
 
 // evalPiped runs sc as EVALSHA in a pipeline of its own, and as EVAL if the node answers

@@ -87,6 +87,8 @@ type Store struct {
 	closed  bool
 	// refundFailures counts the refunds TakeRequest could not make (see RefundFailures).
 	refundFailures atomic.Int64
+	// holderID names the Store's Concurrency holdings in Redis (see concurrency.go).
+	holderID int64
 }
 
 var _ limiter.Store = (*Store)(nil)
@@ -107,7 +109,7 @@ func newWithSenders(client redis.UniversalClient, opts Options, n int) *Store {
 	if err := opts.Validate(); err != nil {
 		panic(err)
 	}
-	s := &Store{client: client, prefix: opts.Prefix, timeout: opts.Timeout, explicitTime: opts.ExplicitTime}
+	s := &Store{client: client, prefix: opts.Prefix, timeout: opts.Timeout, explicitTime: opts.ExplicitTime, holderID: newHolderID()}
 	if s.prefix == "" {
 		s.prefix = DefaultPrefix
 	}
@@ -281,6 +283,9 @@ func (s *Store) Take(ctx context.Context, key string, lim limiter.Limit, n int64
 	if err := lim.Validate(); err != nil {
 		return limiter.Result{}, fmt.Errorf("%w: %w", limiter.ErrInvalidLimit, err)
 	}
+	if lim.Algorithm == limiter.Concurrency {
+		return limiter.Result{}, fmt.Errorf("%w: a Concurrency slot is taken by TakeRequest, with its holder", limiter.ErrInvalidLimit)
+	}
 	ctx, cancel := context.WithTimeout(ctx, s.timeout)
 	defer cancel()
 	start := time.Now()
@@ -384,8 +389,12 @@ func (s *Store) Keys(key string, lim limiter.Limit) []string {
 	// The hashed bytes on the stack for the usual key (no allocation but the key's string).
 	var in [128]byte
 	tag := algTag(lim)
+	w := lim.WindowMs()
+	if lim.Algorithm == limiter.Concurrency {
+		w = 0 // the holdings' expiry: a key whose expiry is edited keeps its holdings
+	}
 	b := append(in[:0], tag...)
-	b = strconv.AppendInt(b, lim.WindowMs(), 10)
+	b = strconv.AppendInt(b, w, 10)
 	b = append(b, 0)
 	b = append(b, key...)
 	sum := sha256.Sum256(b)
@@ -416,6 +425,8 @@ func algTag(lim limiter.Limit) string {
 		return "swc"
 	case limiter.TokenBucket:
 		return "tb"
+	case limiter.Concurrency:
+		return "conc"
 	default: // LeakyBucket; Validate admits nothing else
 		if lim.Mode == limiter.Queue {
 			return "lbq"

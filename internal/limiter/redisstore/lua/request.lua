@@ -9,9 +9,12 @@
 -- N[1] minTTL: the least TTL to set, ms (0 with server time)
 -- N[2] the kinds of take the call holds (below), as a sum of 2^kind
 -- N[3] nl, then nl limits of 5 fields each: algorithm (1 fw, 2 swl, 3 swc, 4 tb, 5 lbm,
---   6 lbq, 7 calendar fw), L, W (window, ms), cap (Limit.Capacity), M (LeakyBucket Queue's
---   MaxDelay, ms). A calendar FixedWindow's W is the end and M the start of the window that
---   holds the caller's now (ms), computed by the caller in the rule's time zone.
+--   6 lbq, 7 calendar fw, 8 concurrency), L, W (window, ms), cap (Limit.Capacity), M
+--   (LeakyBucket Queue's MaxDelay, ms). A calendar FixedWindow's W is the end and M the start
+--   of the window that holds the caller's now (ms), computed by the caller in the rule's time
+--   zone. A Concurrency limit's W is how long a holding lasts unless renewed, and M the
+--   number of the Store that holds (its holder id); a take of it has the holding's number in
+--   place of its cost (see concurrency below).
 -- N[4 + 5*nl ..]: the takes in order, one integer each (request.go's scriptCall.add):
 --   v = f + 128 * ((k - 1) + 512 * ((l - 1) + 512 * c))
 --   k the take's key (index into KEYS), l its limit (index into the limits), c its cost
@@ -443,6 +446,22 @@ if uses[2] then
   end
 end
 
+if uses[8] then
+  -- Concurrency (limiter.ConcurrencyState.take): a ZSET of holdings, each member
+  -- '<holder id>:<holding>' scored by the instant it expires (ms). The state s1 is the number
+  -- held once the expired ones are dropped (loadSlots), s2 the holdings this call adds, a list
+  -- {holding, rest} newest first or false, never changed in place, so that restoring a denied
+  -- group's saved s2 drops its adds. c is the holding's number (its cost is always 1). A
+  -- denial's retryAfter is limiter.ConcurrencyRetryAfter.
+  transition[8] = function(q, c, held, adds)
+    local L = q[2]
+    if held + 1 <= L then
+      return 1, L - held - 1, 0, 0, 0, 0, now, 0, held + 1, {c, adds}
+    end
+    return 0, max(0, L - held), 0, 1000, 0, 1, now, 0, held, adds
+  end
+end
+
 if floor(kinds / 4) % 2 == 1 then
   -- The late charges (limiter's charge methods): the state brought forward as the take does,
   -- then the units charged whether or not they fit: a window's count up to L, a bucket's
@@ -605,6 +624,9 @@ while v do
     local raw = false
     if alg == 2 then
       s1 = loadLog(key, q[3])
+    elseif alg == 8 then -- loadSlots: the holdings that have not expired
+      call('ZREMRANGEBYSCORE', key, '-inf', now)
+      s1 = call('ZCARD', key)
     else
       raw = call('GET', key)
       if not raw then -- absent
@@ -668,7 +690,7 @@ while v do
       n = n + 2
     end
     rep = rep + 1
-    if rep == 2 and a == 1 and reps > 3 and kind == 0 and not st and alg ~= 2 and alg ~= 6 then
+    if rep == 2 and a == 1 and reps > 3 and kind == 0 and not st and alg ~= 2 and alg ~= 6 and alg ~= 8 then
       -- An admitted Take repeated: of the repeats, as many are admitted as one take of their
       -- summed cost would admit (for each algorithm but the log and the queue, j takes of c at
       -- one instant are admitted together exactly when one take of j*c is, which then leaves
@@ -730,7 +752,19 @@ end
 for k = 1, #KEYS do
   local b = 6 * k - 6
   local q, reset = keys[b + 1], keys[b + 6]
-  if reset then
+  if q and q[1] == 8 then
+    -- The holdings added, each expiring W after now, and the key with the last of them (no
+    -- holding it keeps expires later).
+    local adds = keys[b + 3]
+    if adds then
+      local key, W, id = KEYS[k], q[3], q[5]
+      while adds do
+        call('ZADD', key, now + W, string.format('%d:%d', id, adds[1]))
+        adds = adds[2]
+      end
+      call('PEXPIRE', key, max(W, minTTL))
+    end
+  elseif reset then
     local alg, key, raw, s1 = q[1], KEYS[k], keys[b + 5], keys[b + 2]
     if alg == 2 then
       saveLog(key, s1, q[3])

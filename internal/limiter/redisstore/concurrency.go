@@ -1,0 +1,126 @@
+package redisstore
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/binary"
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/sluice-dev/sluice/internal/limiter"
+)
+
+// Concurrency slots in Redis. A Concurrency key is a sorted set of holdings: the member
+// "<holder id>:<holding>" names one admitted request (the Store's holder id, drawn at random
+// when it is made, and the holding number of its limiter.Take), scored by the instant (Redis's
+// clock, ms) it expires. The request script (lua/request.lua) drops the expired holdings and
+// admits a take while fewer than Limit remain; Release removes one holding; Renew pushes back
+// the expiry of those still held. So a holder that dies holds nothing once Window has passed
+// since it last renewed, and a release repeated (or sent after the holding expired) removes
+// nothing more.
+
+// newHolderID draws a Store's holder id: 52 random bits, below 2^53 so that the script's doubles
+// hold it exactly. Two Stores share an id with a probability of about n^2 / 2^53 for n Stores.
+func newHolderID() int64 {
+	var b [8]byte
+	_, _ = rand.Read(b[:]) // never fails (crypto/rand)
+	return int64(binary.LittleEndian.Uint64(b[:]) >> 12)
+}
+
+// member is the sorted set's member for holding h of the Store.
+func (s *Store) member(h int64) string {
+	return strconv.FormatInt(s.holderID, 10) + ":" + strconv.FormatInt(h, 10)
+}
+
+var _ limiter.SlotStore = (*Store)(nil)
+
+// Release implements limiter.SlotStore: it removes holding holder of key under lim (ZREM),
+// within Options.Timeout. A holding already gone (released, expired) is no error.
+func (s *Store) Release(ctx context.Context, key string, lim limiter.Limit, holder int64) error {
+	ctx, cancel := context.WithTimeout(ctx, s.timeout)
+	defer cancel()
+	start := time.Now()
+	rk := s.Keys(key, lim)[0]
+	err := s.roundTrip(ctx, rk, func() error { return s.client.ZRem(ctx, rk, s.member(holder)).Err() })
+	if err != nil {
+		return s.wrap(ctx, err, time.Since(start))
+	}
+	return nil
+}
+
+// Renew makes the holdings of key under lim that are still held expire lim.Window after now
+// (Redis's clock unless ExplicitTime), and returns how many were: the others had expired (or
+// been released) and are not held again. Within Options.Timeout.
+func (s *Store) Renew(ctx context.Context, key string, lim limiter.Limit, holders []int64, now time.Time) (int, error) {
+	return s.renew(ctx, key, lim, holders, now, "0")
+}
+
+// Adopt holds holdings of key under lim, expiring lim.Window after now, whether or not they
+// fit: holdings taken on a local share while Redis could not decide, made known to Redis once
+// it is back so that they count there until released. It returns how many were not held yet.
+func (s *Store) Adopt(ctx context.Context, key string, lim limiter.Limit, holders []int64, now time.Time) (int, error) {
+	return s.renew(ctx, key, lim, holders, now, "1")
+}
+
+func (s *Store) renew(ctx context.Context, key string, lim limiter.Limit, holders []int64, now time.Time, adopt string) (int, error) {
+	if len(holders) == 0 {
+		return 0, nil
+	}
+	nowArg, err := s.nowArg(now)
+	if err != nil {
+		return 0, err
+	}
+	ctx, cancel := context.WithTimeout(ctx, s.timeout)
+	defer cancel()
+	start := time.Now()
+	rk := s.Keys(key, lim)[0]
+	args := make([]any, 0, 4+len(holders))
+	args = append(args, nowArg, lim.WindowMs(), s.minTTL, adopt)
+	for _, h := range holders {
+		args = append(args, s.member(h))
+	}
+	var n int64
+	err = s.roundTrip(ctx, rk, func() error {
+		var err error
+		n, err = evalPiped(ctx, s.client, slotsScript, []string{rk}, args...).Int64()
+		return err
+	})
+	if err != nil {
+		return 0, s.wrap(ctx, err, time.Since(start))
+	}
+	return int(n), nil
+}
+
+// Holding is one holding of a Concurrency key: its holder's id and number, and when it
+// expires unless renewed (Redis's clock).
+type Holding struct {
+	Holder, Number int64
+	Expires        time.Time
+}
+
+// Holdings lists key's holdings under lim, expired ones included until a decision or a renewal
+// drops them (compare Expires with Redis's TIME), for inspection (sluicectl, tests).
+func (s *Store) Holdings(ctx context.Context, key string, lim limiter.Limit) ([]Holding, error) {
+	zs, err := s.client.ZRangeWithScores(ctx, s.Keys(key, lim)[0], 0, -1).Result()
+	if err != nil {
+		return nil, err
+	}
+	out := make([]Holding, 0, len(zs))
+	for _, z := range zs {
+		m, _ := z.Member.(string)
+		id, num, ok := strings.Cut(m, ":")
+		if !ok {
+			return nil, fmt.Errorf("redisstore: holding %q is not <holder>:<number>", m)
+		}
+		h := Holding{Expires: time.UnixMilli(int64(z.Score))}
+		h.Holder, _ = strconv.ParseInt(id, 10, 64)
+		h.Number, _ = strconv.ParseInt(num, 10, 64)
+		out = append(out, h)
+	}
+	return out, nil
+}
+
+// HolderID is the Store's holder id, the first part of its holdings' members.
+func (s *Store) HolderID() int64 { return s.holderID }

@@ -1,0 +1,136 @@
+package redisstore
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/sluice-dev/sluice/internal/limiter"
+	"github.com/sluice-dev/sluice/internal/testutil/redisserver"
+)
+
+// slotReq is a request of one Concurrency take of holding h on key, with an optional rate take.
+func slotReq(key string, lim limiter.Limit, h int64, rate *limiter.Take) []limiter.Take {
+	takes := []limiter.Take{{Key: key, Limit: lim, N: 1, Holder: h}}
+	if rate != nil {
+		takes = append(takes, *rate)
+	}
+	return takes
+}
+
+// TestConcurrencySlots decides Concurrency takes in Redis and in memory side by side: limit
+// slots admitted, the next denied with ConcurrencyRetryAfter, a release (even repeated) frees
+// exactly one (repeated, in Redis, still one), and a request a rate rule denies takes no slot, nor does a slot's denial charge
+// the rate rule.
+func TestConcurrencySlots(t *testing.T) {
+	for _, tp := range topologies {
+		t.Run(tp.name, func(t *testing.T) {
+			ctx := context.Background()
+			s := newStore(t, tp.client(t), explicitTime("slots"))
+			mem := limiter.NewMemoryStore(limiter.MemoryStoreOptions{})
+			lim := limiter.Limit{Algorithm: limiter.Concurrency, Limit: 3, Window: 30 * time.Second}
+			rate := limiter.Limit{Algorithm: limiter.FixedWindow, Limit: 5, Window: time.Hour}
+			stores := map[string]interface {
+				limiter.RequestStore
+				limiter.SlotStore
+			}{"redis": s, "memory": mem}
+			for name, st := range stores {
+				decide := func(h int64, withRate bool) (bool, []limiter.Result) {
+					t.Helper()
+					var rt *limiter.Take
+					if withRate {
+						rt = &limiter.Take{Key: "r", Limit: rate, N: 1}
+					}
+					takes := slotReq("k", lim, h, rt)
+					res := make([]limiter.Result, len(takes))
+					ok, err := st.TakeRequest(ctx, takes, at(0), res)
+					if err != nil {
+						t.Fatalf("%s: TakeRequest: %v", name, err)
+					}
+					return ok, res
+				}
+				for h := int64(1); h <= 3; h++ {
+					if ok, res := decide(h, true); !ok || res[0].Remaining != 3-h {
+						t.Fatalf("%s: holding %d: admitted %v, %+v", name, h, ok, res[0])
+					}
+				}
+				ok, res := decide(4, true)
+				if ok || res[0].Allowed || res[0].RetryAfter != limiter.ConcurrencyRetryAfter || res[0].Reason != limiter.ReasonLimited {
+					t.Fatalf("%s: a 4th holding: admitted %v, %+v", name, ok, res[0])
+				}
+				if !res[1].Allowed || res[1].Remaining != 1 {
+					t.Fatalf("%s: the rate rule of the denied request: %+v, want allowed with 1 left (uncharged)", name, res[1])
+				}
+				// Release holding 2 (in Redis twice): one slot frees, not two.
+				for range map[string]int{"redis": 2, "memory": 1}[name] {
+					if err := st.Release(ctx, "k", lim, 2); err != nil {
+						t.Fatalf("%s: Release: %v", name, err)
+					}
+				}
+				if ok, _ := decide(5, false); !ok {
+					t.Fatalf("%s: denied after a release", name)
+				}
+				if ok, _ := decide(6, false); ok {
+					t.Fatalf("%s: a repeated release freed a second slot", name)
+				}
+				// Two more rate charges use up the rate rule (3 charged, 2 left): a request the
+				// rate rule denies takes no slot.
+				_ = st.Release(ctx, "k", lim, 1)
+				_ = st.Release(ctx, "k", lim, 3)
+				for h := int64(7); h <= 8; h++ {
+					if ok, _ := decide(h, true); !ok {
+						t.Fatalf("%s: holding %d denied", name, h)
+					}
+				}
+				_ = st.Release(ctx, "k", lim, 7)
+				ok, res = decide(9, true)
+				if ok || !res[0].Allowed || res[1].Allowed {
+					t.Fatalf("%s: over the rate: admitted %v, %+v", name, ok, res)
+				}
+				if ok, _ := decide(10, false); !ok {
+					t.Fatalf("%s: the rate-denied request took the slot", name)
+				}
+			}
+		})
+	}
+}
+
+// TestConcurrencyExpiry: a holding expires Window after it was taken or last renewed, on the
+// decisions' clock; a renewal pushes it back, and a holding that expired is not renewed.
+func TestConcurrencyExpiry(t *testing.T) {
+	ctx := context.Background()
+	s := newStore(t, newClient(t, redisserver.StartTest(t).URL()), explicitTime("expiry"))
+	lim := limiter.Limit{Algorithm: limiter.Concurrency, Limit: 2, Window: 10 * time.Second}
+	take := func(h int64, ms int64) bool {
+		t.Helper()
+		takes := slotReq("k", lim, h, nil)
+		res := make([]limiter.Result, 1)
+		ok, err := s.TakeRequest(ctx, takes, at(ms), res)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return ok
+	}
+	if !take(1, 0) || !take(2, 5_000) || take(3, 9_999) {
+		t.Fatal("the first two holdings, then a denial")
+	}
+	hs, err := s.Holdings(ctx, "k", lim)
+	if err != nil || len(hs) != 2 || hs[0].Expires.UnixMilli() != t0+10_000 || hs[1].Expires.UnixMilli() != t0+15_000 || hs[0].Holder != s.HolderID() {
+		t.Fatalf("holdings %+v, %v: want expiries t0+10s and t0+15s", hs, err)
+	}
+	if n, err := s.Renew(ctx, "k", lim, []int64{2}, at(9_000)); err != nil || n != 1 {
+		t.Fatalf("Renew: %d, %v", n, err)
+	}
+	if !take(3, 10_000) { // holding 1 expired at 10 s exactly
+		t.Fatal("holding 1 did not expire after Window")
+	}
+	if take(4, 18_999) {
+		t.Fatal("holding 2, renewed at 9 s, expired before 19 s")
+	}
+	if n, _ := s.Renew(ctx, "k", lim, []int64{1}, at(11_000)); n != 0 {
+		t.Fatal("an expired holding was renewed")
+	}
+	if !take(4, 19_000) {
+		t.Fatal("holding 2 did not expire 10 s after its renewal")
+	}
+}
