@@ -11,6 +11,9 @@ import (
 // MaxTemplateBytes bounds a Template body's template, as the API does.
 const MaxTemplateBytes = 4096
 
+// jsonFunc is the one function a template may call: {{json .Field}} or {{.Field | json}}.
+const jsonFunc = "json"
+
 // TemplateData is what a BodyTemplate's template executes over: one denial. The field names
 // are the contract with users' templates (the API's documentation lists them).
 type TemplateData struct {
@@ -316,7 +319,7 @@ func (p *tparser) action() (string, error) {
 // field parses one field reference.
 func (p *tparser) field(w string) (tfield, error) {
 	if !strings.HasPrefix(w, ".") {
-		if _, ok := tfields[w]; ok || w == "not" || w == "json" {
+		if _, ok := tfields[w]; ok || w == "not" || w == jsonFunc {
 			return 0, p.errorf("%s: a field is written with a dot, as .%s", w, w)
 		}
 		switch w {
@@ -339,14 +342,14 @@ func (p *tparser) pipeline(words []string) (tnode, error) {
 	switch {
 	case len(words) == 1:
 		n.field, err = p.field(words[0])
-	case len(words) == 2 && words[0] == "json":
+	case len(words) == 2 && words[0] == jsonFunc:
 		n.field, err = p.field(words[1])
 		n.json = true
-	case len(words) == 3 && words[1] == "|" && words[2] == "json":
+	case len(words) == 3 && words[1] == "|" && words[2] == jsonFunc:
 		n.field, err = p.field(words[0])
 		n.json = true
 	default:
-		if len(words) > 0 && !strings.HasPrefix(words[0], ".") && words[0] != "json" {
+		if len(words) > 0 && !strings.HasPrefix(words[0], ".") && words[0] != jsonFunc {
 			_, err = p.field(words[0])
 			if err != nil {
 				return n, err
