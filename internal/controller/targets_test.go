@@ -143,7 +143,7 @@ var _ = Describe("Policies attached to Services (targetRefs)", func() {
 		}).Should(Succeed())
 
 		By("creating the missing Service with a selector that differs in one label")
-		Expect(k8sClient.Create(ctx, newService(ns, "missing", map[string]string{"app": "api-canary"}))).To(Succeed())
+		Expect(k8sClient.Create(ctx, newService(ns, "missing", map[string]string{"app": "api-canary"}, port("http", 80, intstr.FromString(inject.PortName))))).To(Succeed())
 		Eventually(func(g Gomega) {
 			g.Expect(renderedPolicy(g, ctx, ns, "p").Selector).To(Equal(&metav1.LabelSelector{
 				MatchExpressions: []metav1.LabelSelectorRequirement{{Key: "app", Operator: metav1.LabelSelectorOpIn, Values: []string{"api", "api-canary"}}}}))
@@ -153,19 +153,21 @@ var _ = Describe("Policies attached to Services (targetRefs)", func() {
 	})
 
 	It("mark the newer of two policies defining a rule of the same name on one Service Conflicted", func(ctx context.Context) {
-		Expect(k8sClient.Create(ctx, newService(ns, "web", map[string]string{"app": "web"}))).To(Succeed())
-		Expect(k8sClient.Create(ctx, newPolicy(ns, "older", targets(service("web", ""))))).To(Succeed())
-		Eventually(func(g Gomega) { expectReady(g, ctx, ns, "older", 1) }).Should(Succeed())
-		Expect(k8sClient.Create(ctx, newPolicy(ns, "newer", targets(service("web", ""))))).To(Succeed())
+		// Creation times have whole seconds: names that sort in creation order keep the
+		// older policy first when both fall in one second.
+		Expect(k8sClient.Create(ctx, newService(ns, "web", map[string]string{"app": "web"}, port("http", 80, intstr.FromString(inject.PortName))))).To(Succeed())
+		Expect(k8sClient.Create(ctx, newPolicy(ns, "first", targets(service("web", ""))))).To(Succeed())
+		Eventually(func(g Gomega) { expectReady(g, ctx, ns, "first", 1) }).Should(Succeed())
+		Expect(k8sClient.Create(ctx, newPolicy(ns, "second", targets(service("web", ""))))).To(Succeed())
 		Eventually(func(g Gomega) {
-			p, conflicted := condition(g, ctx, ns, "newer", v1alpha1.ConditionConflicted)
+			p, conflicted := condition(g, ctx, ns, "second", v1alpha1.ConditionConflicted)
 			g.Expect(conflicted).NotTo(BeNil())
 			g.Expect(conflicted.Status).To(Equal(metav1.ConditionTrue))
-			g.Expect(conflicted.Message).To(ContainSubstring(`policy "older"`))
+			g.Expect(conflicted.Message).To(ContainSubstring(`policy "first"`))
 			g.Expect(targetCondition(g, p, 0, v1alpha1.ConditionConflicted).Status).To(Equal(metav1.ConditionTrue))
 			g.Expect(targetCondition(g, p, 0, v1alpha1.ConditionAccepted).Status).To(Equal(metav1.ConditionFalse))
-			older, _ := condition(g, ctx, ns, "older", v1alpha1.ConditionConflicted)
-			g.Expect(meta.IsStatusConditionFalse(older.Status.Conditions, v1alpha1.ConditionConflicted)).To(BeTrue())
+			first, _ := condition(g, ctx, ns, "first", v1alpha1.ConditionConflicted)
+			g.Expect(meta.IsStatusConditionFalse(first.Status.Conditions, v1alpha1.ConditionConflicted)).To(BeTrue())
 		}).Should(Succeed())
 	})
 

@@ -173,7 +173,11 @@ var _ = Describe("RateLimitPolicy validation", func() {
 		Entry("zero window", window("0s"), "spec.rules[0].window", "from 1ms to 24h"),
 		Entry("window over a day", window("25h"), "spec.rules[0].window", "from 1ms to 24h"),
 		Entry("window that is no duration", window("soon"), "spec.rules[0].window", "such as 500ms, 1s, 1m or 1h30m"),
-		Entry("limit zero", rule0(func(r *v1alpha1.Rule) { r.Limit = 0 }), "spec.rules[0].limit", "should be greater than or equal to 1"),
+		Entry("limit 0 on a Concurrency rule", rule0(func(r *v1alpha1.Rule) {
+			r.Algorithm = v1alpha1.Concurrency
+			r.Limit = 0
+			r.Window = ""
+		}), "spec.rules[0].limit", "a Concurrency rule needs at least 1"),
 		Entry("limit over the exact bound", rule0(func(r *v1alpha1.Rule) { r.Limit = 100_000_001 }), "spec.rules[0].limit", "less than or equal to 100000000"),
 		Entry("burst zero", burst(0), "spec.rules[0].burst", "greater than or equal to 1"),
 		Entry("key part with two sources", rule0(func(r *v1alpha1.Rule) {
@@ -234,7 +238,7 @@ var _ = Describe("RateLimitPolicy validation", func() {
 			"spec.rules[0].match.methods[0]", "Unsupported value"),
 		Entry("unknown mode", rule0(func(r *v1alpha1.Rule) { r.Mode = "Maybe" }), "spec.rules[0].mode", "Unsupported value"),
 		Entry("neither podSelector nor domain", func(p *v1alpha1.RateLimitPolicy) { p.Spec.PodSelector = nil },
-			"spec", "set podSelector (sidecars enforce the policy), domain"),
+			"spec", "set podSelector or targetRefs (sidecars enforce the policy), domain"),
 		Entry("descriptor rule without a domain", func(p *v1alpha1.RateLimitPolicy) {
 			descriptorRule(p)
 			p.Spec.Domain = ""
@@ -243,7 +247,7 @@ var _ = Describe("RateLimitPolicy validation", func() {
 			domainOnly(p)
 			p.Spec.Rules = append(p.Spec.Rules, newPolicy("", "").Spec.Rules[0])
 			p.Spec.Rules[1].Name = "http"
-		}, "spec.podSelector", "without podSelector every rule must match descriptors"),
+		}, "spec.podSelector", "without podSelector or targetRefs every rule must match descriptors"),
 		Entry("domain with a space", func(p *v1alpha1.RateLimitPolicy) {
 			domainOnly(p)
 			p.Spec.Domain = "my edge"
@@ -567,8 +571,8 @@ var _ = Describe("RateLimitPolicy validation", func() {
 				continue
 			}
 			for i := range res.Policies {
-				Expect(k8sClient.Create(ctx, &res.Policies[i])).To(Succeed(), name)
 				Expect(offlineError(&res.Policies[i])).To(BeEmpty(), name)
+				Expect(k8sClient.Create(ctx, &res.Policies[i])).To(Succeed(), name)
 				converted++
 			}
 		}
