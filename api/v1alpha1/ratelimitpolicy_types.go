@@ -315,9 +315,9 @@ type BodySpec struct {
 	// no_local_share), .Limit, .Remaining (0), .RetryAfter (seconds, rounded up) and
 	// .RetryAfterMs (both 0 and .CanRetry false when no wait lets the request pass), .ResetAt
 	// (RFC 3339, empty without a retry), .Status and .Message (a sentence; quote it with json).
-	// Supported: {{.Field}}, {{json .Field}} and {{.Field | json}}, {{if .Field}} and
-	// {{if not .Field}} with {{else if ...}}, {{else}} and {{end}}, comments and trim markers;
-	// not range, with, variables or other functions. docs/clients.md has an example.
+	// Supported: actions that print a field (as is, or quoted with the json function), if and
+	// if not with else if, else and end, comments and trim markers; not range, with,
+	// variables or other functions. docs/clients.md has the syntax and an example.
 	// The controller parses it and rejects a policy whose template does not parse
 	// (Accepted=False).
 	// +optional
