@@ -21,6 +21,9 @@ import (
 //   - configmaps: the rendered policies (create, update when they change, delete with the last
 //     policy; get/list/watch through the cache, which holds only the manager's own).
 //   - pods: matched and ready pods for the shares, and uninjected pods; read only.
+//   - services: the pods a Service target selects, and the routing check (Services whose
+//     target port bypasses the sidecar); read only.
+//   - httproutes (Gateway API): the backends and matches of an HTTPRoute target; read only.
 //   - mutatingwebhookconfigurations: the cert rotator injects the caBundle into Sluice's own.
 //   - tokenreviews, subjectaccessreviews: the metrics endpoint's authentication and
 //     authorization of scrapers.
@@ -37,6 +40,12 @@ var granted = []string{
 	"ClusterRole . pods get",
 	"ClusterRole . pods list",
 	"ClusterRole . pods watch",
+	"ClusterRole . services get",
+	"ClusterRole . services list",
+	"ClusterRole . services watch",
+	"ClusterRole gateway.networking.k8s.io httproutes get",
+	"ClusterRole gateway.networking.k8s.io httproutes list",
+	"ClusterRole gateway.networking.k8s.io httproutes watch",
 	"ClusterRole admissionregistration.k8s.io mutatingwebhookconfigurations get",
 	"ClusterRole admissionregistration.k8s.io mutatingwebhookconfigurations list",
 	"ClusterRole admissionregistration.k8s.io mutatingwebhookconfigurations watch",
