@@ -10,7 +10,13 @@ for f in config/crd/bases/*.yaml; do
   {
     echo '{{- if .Values.crd.enable }}'
     # Helm keeps a CRD with this annotation on uninstall, and with it every RateLimitPolicy.
-    sed -e '/^  annotations:$/a\    {{- if .Values.crd.keep }}\n    helm.sh/resource-policy: keep\n    {{- end }}' -e '/^metadata:$/a\  labels:\n    {{- include "sluice.labels" . | nindent 4 }}' "$f"
+    # The chart's labels join the CRD's own (a policy attachment CRD carries one), or start them.
+    if grep -q '^  labels:$' "$f"; then
+      labels=(-e '/^  labels:$/a\    {{- include "sluice.labels" . | nindent 4 }}')
+    else
+      labels=(-e '/^metadata:$/a\  labels:\n    {{- include "sluice.labels" . | nindent 4 }}')
+    fi
+    sed -e '/^  annotations:$/a\    {{- if .Values.crd.keep }}\n    helm.sh/resource-policy: keep\n    {{- end }}' "${labels[@]}" "$f"
     echo '{{- end }}'
   } > "$out/$(basename "$f")"
 done
