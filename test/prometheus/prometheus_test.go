@@ -532,8 +532,8 @@ func renderDashboard(t *testing.T, prom string, start, end time.Time, out, title
 // --render-interval, so the pods that just became ready may not be counted yet.
 func checkWideColumns(t *testing.T, sys *devenv.System) {
 	t.Helper()
-	header := regexp.MustCompile(`^NAME\s+RULES\s+READY\s+PODS\s+DOMAIN\s+FAILURE MODE\s+UNINJECTED\s+AGE$`)
-	// No uninjected pods: uninjectedPods is omitted at 0, so the column is blank; no domain.
+	header := regexp.MustCompile(`^NAME\s+RULES\s+READY\s+PODS\s+DOMAIN\s+FAILURE MODE\s+BYPASSED BY\s+UNINJECTED\s+AGE$`)
+	// No uninjected pods and no Service bypassing the sidecar: both columns are blank; no domain.
 	row := regexp.MustCompile(`^shop\s+.*\s+True\s+2\s+Local\s+\S+$`)
 	var out []byte
 	for deadline := time.Now().Add(proc.Patience); ; time.Sleep(200 * time.Millisecond) {
