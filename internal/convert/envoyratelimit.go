@@ -24,15 +24,19 @@
 package convert
 
 import (
+	"bufio"
+	"bytes"
 	"crypto/sha256"
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"io"
 	"regexp"
 	"slices"
 	"strings"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
 	"sigs.k8s.io/yaml"
 
 	"github.com/sluice-dev/sluice/api/v1alpha1"
@@ -85,6 +89,7 @@ var (
 	rateLimitKeys  = []string{"unit", "requests_per_unit", "unlimited", "name", "replaces"}
 	windows        = map[string]string{"second": "1s", "minute": "1m", "hour": "1h", "day": "24h"}
 	dnsLabel       = regexp.MustCompile(`^[a-z0-9]([-a-z0-9]*[a-z0-9])?$`)
+	dashes         = regexp.MustCompile(`-+`)
 )
 
 // EnvoyRatelimit converts files, each an envoyproxy/ratelimit configuration, into
@@ -148,12 +153,21 @@ func newPolicy(domain string, opts Options) *v1alpha1.RateLimitPolicy {
 	}
 }
 
-// split cuts a YAML stream into its documents, dropping empty ones.
+// split cuts a YAML stream into its documents, dropping empty ones, as policyfile.Decode reads
+// manifests.
 func split(content []byte) ([][]byte, error) {
 	var docs [][]byte
-	for _, d := range regexp.MustCompile(`(?m)^---\s*$`).Split(string(content), -1) {
-		if strings.TrimSpace(d) != "" {
-			docs = append(docs, []byte(d))
+	reader := utilyaml.NewYAMLReader(bufio.NewReader(bytes.NewReader(content)))
+	for {
+		d, err := reader.Read()
+		if errors.Is(err, io.EOF) {
+			break
+		}
+		if err != nil {
+			return nil, err
+		}
+		if len(bytes.TrimSpace(d)) != 0 {
+			docs = append(docs, d)
 		}
 	}
 	if len(docs) == 0 {
@@ -427,7 +441,7 @@ func sanitize(s string) string {
 			b[i] = '-'
 		}
 	}
-	out := strings.Trim(regexp.MustCompile(`-+`).ReplaceAllString(string(b), "-"), "-")
+	out := strings.Trim(dashes.ReplaceAllString(string(b), "-"), "-")
 	if out == "" {
 		return "rule"
 	}

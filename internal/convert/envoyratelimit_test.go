@@ -159,6 +159,11 @@ func TestMergeAndSplit(t *testing.T) {
 		t.Fatalf("metadata %+v", res.Policies[0].ObjectMeta)
 	}
 
+	res, err = convertText(t, "---\ndomain: a\ndescriptors:\n- key: k\n  rate_limit: {unit: second, requests_per_unit: 1}\n---\n\n---\ndomain: b\ndescriptors:\n- key: k\n  rate_limit: {unit: second, requests_per_unit: 2}\n")
+	if err != nil || len(res.Policies) != 2 || res.Policies[0].Spec.Domain != "a" || res.Policies[1].Spec.Domain != "b" {
+		t.Fatalf("two documents in one file: %v, %+v", err, res)
+	}
+
 	var b strings.Builder
 	b.WriteString("domain: big_domain\ndescriptors:\n")
 	for i := range 130 {
