@@ -206,8 +206,7 @@ func (tr *truthTrace) decideCore(takes []coreTake) decide.Verdict {
 // included) and the RLS server's responses tell the truth over random traces.
 func TestAnswersTellTheTruth(t *testing.T) {
 	e := newTruthEnv(t)
-	seed := uint64(time.Now().UnixNano())
-	t.Logf("seed %d", seed)
+	seed := sidecartest.Seed(t, 1)
 	rng := rand.New(rand.NewPCG(seed, 17))
 	const traces, steps = 90, 40
 	for i := range traces {

@@ -79,8 +79,7 @@ func randomHTTPPolicy(rng *rand.Rand, name string) (p policy.Policy, podName str
 // TestSidecarAnswersTellTheTruth drives random traces through a sidecar's request path on a
 // fake clock and checks each answer against the requests it predicts.
 func TestSidecarAnswersTellTheTruth(t *testing.T) {
-	seed := uint64(time.Now().UnixNano())
-	t.Logf("seed %d", seed)
+	seed := st.Seed(t, 1)
 	rng := rand.New(rand.NewPCG(seed, 23))
 	const tracesPerMode, steps = 20, 30
 	seen := map[string]int{}

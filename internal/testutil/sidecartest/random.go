@@ -2,11 +2,26 @@ package sidecartest
 
 import (
 	"math/rand/v2"
+	"os"
 	"strconv"
+	"testing"
 	"time"
 
 	"github.com/sluice-dev/sluice/internal/policy"
 )
+
+// Seed is a property test's seed: SLUICE_SEED when set (to replay or explore), else fixed, so
+// that every run of the suite draws the same traces and its coverage checks cannot depend on
+// luck. It logs the seed.
+func Seed(t testing.TB, fixed uint64) uint64 {
+	t.Helper()
+	seed := fixed
+	if v, err := strconv.ParseUint(os.Getenv("SLUICE_SEED"), 10, 64); err == nil {
+		seed = v
+	}
+	t.Logf("seed %d (SLUICE_SEED=%d replays it)", seed, seed)
+	return seed
+}
 
 // RandomFleet gives p a random fleet of 1 to 5 replicas and returns the name of the replica a
 // test plays: ranked (p.Pods lists the fleet and the replica is one of them), unnamed
