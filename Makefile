@@ -33,9 +33,9 @@ generate: controller-gen ## Generate DeepCopy methods.
 	$(CONTROLLER_GEN) object:headerFile="hack/boilerplate.go.txt" paths="./..."
 
 .PHONY: fmt
-fmt: ## go fmt (and gofmt of hack/images, a module of its own).
+fmt: ## go fmt (and gofmt of hack/images and hack/realnode/coredns, modules of their own).
 	go fmt ./...
-	gofmt -l -w hack/images
+	gofmt -l -w hack/images hack/realnode/coredns
 
 .PHONY: vet
 vet: ## go vet.

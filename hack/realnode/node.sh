@@ -1,12 +1,14 @@
 #!/usr/bin/env bash
 # A real single-node Kubernetes made of processes, for `make test-realnode`: etcd, kube-apiserver,
-# kube-controller-manager, kube-scheduler, kubelet, containerd + runc + CNI bridge, and a
-# redis-server for the sidecars. Everything it starts, mounts or creates is undone by `down`.
+# kube-controller-manager, kube-scheduler, kubelet, kube-proxy, containerd + runc + CNI bridge,
+# CoreDNS as the cluster's DNS, a container registry, and a redis-server for the sidecars.
+# Everything it starts, mounts or creates is undone by `down`.
 #
 #   node.sh preflight     exit 0 when this machine can run a node; else print what is missing, exit 2
 #   node.sh provision     install Debian packages when missing, build (once, cached) the node binaries
 #   node.sh images        build the project's images as docker-save tarballs
-#   node.sh up            start the node, import the images, install Sluice (config/local-node)
+#   node.sh up            start the node and import the images (Sluice is not installed)
+#   node.sh sluice        install Sluice the test suite's way (kubectl apply of config/local-node)
 #   node.sh down          stop and remove everything `up` made (safe to run at any time)
 #   node.sh redis stop|start
 #   node.sh apiserver stop|start   stop kube-apiserver (etcd, controllers, kubelet and pods keep running), start it again
@@ -14,9 +16,17 @@
 #
 # Network: everything lives in 198.18.0.0/15 (RFC 2544's benchmarking range, used by no real
 # network): the bridge sluice0 holds 198.18.1.1, which is also the API server's advertise
-# address and Redis' address; pods get 198.18.1.16-250 with no default route, so they can reach
-# the host's 198.18.1.1 and each other and nothing else. Services live in 198.19.0.0/24 and do
-# not route (no kube-proxy): pods reach things by address.
+# address and Redis' address; pods get 198.18.1.16-250 with no default route, only one to the
+# Service range 198.19.0.0/24 through the host, so they can reach the host's 198.18.1.1, each
+# other and Services, and nothing else. kube-proxy (iptables mode, masquerading all Service
+# traffic so that replies come back through the host) routes Services; `down` runs its cleanup.
+# The cluster DNS (CoreDNS, kube-dns at 198.19.0.10) answers for cluster.local only. The
+# registry (Debian's docker-registry, the CNCF distribution server) listens on localhost at a
+# free port, which containerd pulls from over plain HTTP as it does for any localhost registry.
+#
+# Images the quickstart names but this node cannot pull (it has no internet) are stand-ins
+# imported under those names: agnhost's netexec (hack/realnode/agnhost) and Redis (Debian's
+# redis-server with the libraries it loads).
 #
 # Versions are pinned: Kubernetes v1.37.2 (built from the Go module proxy), etcd v3.6.8, and
 # Debian bookworm's containerd 1.6, runc 1.1 and containernetworking-plugins 1.1.
@@ -39,16 +49,21 @@ NODE=sluice-realnode
 # The sidecars' redis-server listens on the bridge address at a port chosen free when the node
 # comes up (free_port), kept in $D/redis-port for the later calls of this script.
 REDIS_PORT=$(cat "$D/redis-port" 2>/dev/null || echo 0)
+# The registry's port on localhost, chosen free by `up` like Redis' (registry_start).
+REGISTRY_PORT=$(cat "$D/registry-port" 2>/dev/null || echo 0)
+DNS_IP=198.19.0.10
 APISERVER=https://$HOST_IP:6443
 # Ports the node binds; each must be free (the node's components have fixed ones).
-PORTS=(2379 2380 6443 10248 10250 10257 10259)
+PORTS=(2379 2380 6443 10248 10249 10250 10256 10257 10259)
 # Host settings kubelet or the node changes, restored by `down`.
 SYSCTLS=(vm.overcommit_memory vm.panic_on_oom kernel.panic kernel.panic_on_oops
-  kernel.keys.root_maxkeys kernel.keys.root_maxbytes net.ipv4.ip_forward)
+  kernel.keys.root_maxkeys kernel.keys.root_maxbytes net.ipv4.ip_forward net.ipv4.conf.all.route_localnet)
 # Host directories that containerd 1.6, CNI and kubelet use whatever they are told; `down`
 # removes what appeared in them during the run.
 HOST_DIRS=(/run/containerd /var/lib/cni /var/log/containers /run/netns /var/run/netns)
-IMAGES=(pause upstream sluice-manager sluice-sidecar sluice-ratelimit)
+IMAGES=(pause upstream coredns agnhost redis sluice-manager sluice-sidecar sluice-ratelimit)
+# The third-party images of docs/quickstart.md, whose stand-ins `images` builds under these names.
+quickstart_image() { sed -n 's/^ *image: *//p' "$root/config/quickstart/$1.yaml" | head -n 1; }
 
 say() { echo "realnode: $*" >&2; }
 die() { say "$*"; exit 1; }
@@ -116,7 +131,7 @@ preflight() {
 
 complete_bin() {
   local b
-  for b in etcd kube-apiserver kubectl kube-controller-manager kube-scheduler kubelet; do
+  for b in etcd kube-apiserver kubectl kube-controller-manager kube-scheduler kubelet kube-proxy coredns; do
     [ -x "$bin/$b" ] || return 1
   done
 }
@@ -126,6 +141,9 @@ provision() {
   command -v containerd >/dev/null || need+=(containerd)
   command -v runc >/dev/null || need+=(runc)
   [ -x /usr/lib/cni/bridge ] && [ -x /usr/lib/cni/host-local ] && [ -x /usr/lib/cni/loopback ] || need+=(containernetworking-plugins)
+  command -v iptables-restore >/dev/null || need+=(iptables)
+  command -v conntrack >/dev/null || need+=(conntrack)
+  command -v docker-registry >/dev/null || need+=(docker-registry)
   if [ ${#need[@]} -gt 0 ]; then
     say "installing ${need[*]} with apt-get"
     export DEBIAN_FRONTEND=noninteractive
@@ -156,17 +174,20 @@ package tools
 
 import (
 	_ "k8s.io/kubernetes/cmd/kube-controller-manager"
+	_ "k8s.io/kubernetes/cmd/kube-proxy"
 	_ "k8s.io/kubernetes/cmd/kube-scheduler"
 	_ "k8s.io/kubernetes/cmd/kubelet"
 )
 GO
-  say "building kubelet, kube-controller-manager, kube-scheduler v$K8S_VERSION (once; ~5-10 min, cached in $bin)"
+  say "building kubelet, kube-proxy, kube-controller-manager, kube-scheduler v$K8S_VERSION and CoreDNS (once; ~5-10 min, cached in $bin)"
   (
     cd "$src"
     GOFLAGS=-mod=mod go mod tidy >&2 2>&1 || true
     GOFLAGS=-mod=mod go build -ldflags "-X k8s.io/component-base/version.gitVersion=v$K8S_VERSION" -o "$bin.tmp/" \
-      k8s.io/kubernetes/cmd/kubelet k8s.io/kubernetes/cmd/kube-controller-manager k8s.io/kubernetes/cmd/kube-scheduler >&2
+      k8s.io/kubernetes/cmd/kubelet k8s.io/kubernetes/cmd/kube-proxy k8s.io/kubernetes/cmd/kube-controller-manager k8s.io/kubernetes/cmd/kube-scheduler >&2
   )
+  # CoreDNS from its module of its own (versions pinned by its go.mod), static for its image.
+  (cd "$root/hack/realnode/coredns" && CGO_ENABLED=0 go build -trimpath -o "$bin.tmp/coredns" . >&2)
   local b
   for b in etcd kube-apiserver kubectl; do ln -sf "$envtest/$b" "$bin.tmp/$b"; done
   rm -rf "$bin" && mv "$bin.tmp" "$bin"
@@ -185,11 +206,21 @@ images() {
     go build -o "$out/bin/mkimage" ./hack/realnode/mkimage
     go build -trimpath -o "$out/bin/pause" ./hack/realnode/pause
     go build -trimpath -o "$out/bin/upstream" ./cmd/upstream
+    go build -trimpath -o "$out/bin/agnhost" ./hack/realnode/agnhost
     # Sluice's own images exactly as users build them (docs/install.md), named sluice.local/...:dev.
     make images VERSION=dev IMAGES_OUT="$out" IMAGES_NAME_PREFIX=sluice.local
   ) >&2
   "$out/bin/mkimage" -o "$out/pause.tar" -name sluice.local/pause:dev -entrypoint /pause "$out/bin/pause=/pause"
   "$out/bin/mkimage" -o "$out/upstream.tar" -name sluice.local/upstream:dev -entrypoint /upstream "$out/bin/upstream=/upstream"
+  "$out/bin/mkimage" -o "$out/coredns.tar" -name sluice.local/coredns:dev -entrypoint /coredns "$bin/coredns=/coredns"
+  "$out/bin/mkimage" -o "$out/agnhost.tar" -name "$(quickstart_image echo)" -entrypoint /agnhost "$out/bin/agnhost=/agnhost"
+  # Debian's redis-server and every library it loads, at their paths, as the quickstart's Redis.
+  local server libs
+  server=$(readlink -f "$(command -v redis-server)")
+  libs=$(ldd "$server" | grep -oE '/[^ ]+\.so[^ ]*' | sort -u | sed 's/.*/&=&/')
+  # shellcheck disable=SC2086 # one argument per library
+  "$out/bin/mkimage" -o "$out/redis.tar" -name "$(quickstart_image redis)" -user 999:999 \
+    -entrypoint /usr/local/bin/redis-server "$server=/usr/local/bin/redis-server" $libs
   for b in "${IMAGES[@]}"; do [ -s "$out/$b.tar" ] || die "image $b was not built"; done
 }
 
@@ -294,8 +325,9 @@ pki() {
   cert controller-manager "/CN=system:kube-controller-manager"
   cert scheduler "/CN=system:kube-scheduler"
   cert kubelet "/CN=system:node:$NODE/O=system:nodes"
+  cert kube-proxy "/CN=system:kube-proxy"
   local n
-  for n in admin controller-manager scheduler kubelet; do kubeconfig "$n"; done
+  for n in admin controller-manager scheduler kubelet kube-proxy; do kubeconfig "$n"; done
 }
 
 # --- up -----------------------------------------------------------------------------------------
@@ -319,9 +351,14 @@ network() {
   ip link add "$BRIDGE" type bridge
   ip addr add "$HOST_IP/24" dev "$BRIDGE"
   ip link set "$BRIDGE" up
+  # The host's own connections to Services (tests, port-forwards) route to the bridge before
+  # kube-proxy translates them, never to the machine's default route.
+  ip route add "$SERVICE_CIDR" dev "$BRIDGE" src "$HOST_IP"
   mkdir -p "$D/cni" "$D/cni-ipam"
-  # isGateway=false and no routes: pods reach 198.18.1.0/24 on the link and nothing beyond, and
-  # the plugin leaves the host's ip_forward alone. ipMasq=false: no iptables rules.
+  # isGateway=false and one route, to the Service range through the host (kube-proxy's rules):
+  # pods reach 198.18.1.0/24 on the link, Services through the host, and nothing beyond.
+  # ipMasq=false: the plugin adds no iptables rules of its own.
+  sysctl -qw net.ipv4.ip_forward=1
   cat >"$D/cni/10-sluice-realnode.conflist" <<EOF
 {
   "cniVersion": "0.4.0",
@@ -329,7 +366,8 @@ network() {
   "plugins": [
     {"type": "bridge", "bridge": "$BRIDGE", "isGateway": false, "ipMasq": false, "hairpinMode": true,
      "ipam": {"type": "host-local", "dataDir": "$D/cni-ipam",
-              "ranges": [[{"subnet": "$POD_CIDR", "rangeStart": "198.18.1.16", "rangeEnd": "198.18.1.250"}]]}},
+              "ranges": [[{"subnet": "$POD_CIDR", "rangeStart": "198.18.1.16", "rangeEnd": "198.18.1.250"}]],
+              "routes": [{"dst": "$SERVICE_CIDR", "gw": "$HOST_IP"}]}},
     {"type": "loopback"}
   ]
 }
@@ -436,7 +474,7 @@ control_plane_up() {
 kubelet_up() {
   local p="$D/pki" k="$D/kubelet"
   mkdir -p "$k" "$D/pod-logs"
-  : >"$D/resolv.conf" # pods get no nameserver of this machine: nothing of theirs leaves it
+  : >"$D/resolv.conf" # pods get no nameserver of this machine, only the cluster's: nothing of theirs leaves it
   cat >"$D/kubelet.yaml" <<EOF
 apiVersion: kubelet.config.k8s.io/v1beta1
 kind: KubeletConfiguration
@@ -461,6 +499,8 @@ failSwapOn: false
 # No KUBE-* iptables chains: nothing here needs them, and down has none to remove.
 makeIPTablesUtilChains: false
 resolvConf: $D/resolv.conf
+clusterDNS: [$DNS_IP]
+clusterDomain: cluster.local
 podLogsDir: $D/pod-logs
 # The imported images cannot be pulled again: never collect them, never evict for disk.
 imageGCHighThresholdPercent: 100
@@ -495,19 +535,66 @@ node_ready() {
   [ "$(kubectl get node "$NODE" -o jsonpath='{.status.conditions[?(@.type=="Ready")].status}')" = True ]
 }
 
-# free_port prints a TCP port from 16379 up that nothing on this machine listens on.
+# kube_proxy_up routes Services: iptables mode, every Service connection masqueraded to the
+# host's bridge address (pods share one bridge, so without it a reply would go straight back to
+# the pod and miss the reverse translation), NodePorts only on the bridge address, and the
+# host's conntrack and localnet settings left alone.
+kube_proxy_up() {
+  local p="$D/pki"
+  cat >"$D/kube-proxy.yaml" <<EOF
+apiVersion: kubeproxy.config.k8s.io/v1alpha1
+kind: KubeProxyConfiguration
+clientConnection: {kubeconfig: $p/kube-proxy.kubeconfig}
+mode: iptables
+clusterCIDR: $POD_CIDR
+hostnameOverride: $NODE
+metricsBindAddress: 127.0.0.1:10249
+healthzBindAddress: 127.0.0.1:10256
+nodePortAddresses: [$HOST_IP/32]
+iptables: {masqueradeAll: true, localhostNodePorts: false}
+conntrack: {maxPerCore: 0, min: 0, tcpEstablishedTimeout: 0s, tcpCloseWaitTimeout: 0s}
+EOF
+  start kube-proxy "$bin/kube-proxy" --config "$D/kube-proxy.yaml"
+  wait_for kube-proxy 60 curl -sf http://127.0.0.1:10256/healthz
+}
+
+# dns_up runs CoreDNS as the cluster's kube-dns (hack/realnode/coredns.yaml).
+dns_up() {
+  sed "s/DNS_IP/$DNS_IP/" "$root/hack/realnode/coredns.yaml" | kubectl apply -f - >&2
+  kubectl -n kube-system rollout status deployment/coredns --timeout 180s >&2
+}
+
+# free_port FROM prints a TCP port from FROM up that nothing on this machine listens on.
 free_port() {
   local p
-  for p in $(seq 16379 16979); do
+  for p in $(seq "$1" $(($1 + 600))); do
     ss -Hltn "sport = :$p" 2>/dev/null | grep -q . || { echo "$p"; return 0; }
   done
-  die "no free TCP port in 16379-16979 for the node's redis-server"
+  die "no free TCP port in $1-$(($1 + 600))"
+}
+
+# registry_start runs the node's container registry on localhost: images pushed to
+# localhost:PORT/... are pulled from there by containerd, as from any registry.
+registry_start() {
+  REGISTRY_PORT=$(free_port 15000)
+  echo "$REGISTRY_PORT" >"$D/registry-port"
+  mkdir -p "$D/registry"
+  cat >"$D/registry.yaml" <<EOF
+version: 0.1
+log: {level: warn}
+storage:
+  filesystem: {rootdirectory: $D/registry}
+http:
+  addr: 127.0.0.1:$REGISTRY_PORT
+EOF
+  start registry docker-registry serve "$D/registry.yaml"
+  wait_for registry 30 curl -sf "http://127.0.0.1:$REGISTRY_PORT/v2/"
 }
 
 redis_start() {
   if running redis; then return 0; fi
   if [ "$REDIS_PORT" = 0 ]; then
-    REDIS_PORT=$(free_port)
+    REDIS_PORT=$(free_port 16379)
     echo "$REDIS_PORT" >"$D/redis-port"
   fi
   mkdir -p "$D/redis"
@@ -537,11 +624,13 @@ up() {
   snapshot
   network
   pki
+  registry_start
   containerd_up
   control_plane_up
   kubelet_up
+  kube_proxy_up
+  dns_up
   redis_start
-  sluice_up
   say "node up in $((SECONDS - t0))s; kubectl --kubeconfig $D/pki/admin.kubeconfig"
 }
 
@@ -577,6 +666,10 @@ down() {
     done
   fi
   stop kubelet
+  stop kube-proxy
+  # kube-proxy's cleanup removes its iptables (and nftables) rules and chains.
+  [ -x "$bin/kube-proxy" ] && "$bin/kube-proxy" --cleanup >/dev/null 2>&1
+  stop registry 5
   if running containerd; then
     local t
     for t in $(ctr_ tasks ls -q 2>/dev/null); do ctr_ tasks kill -s SIGKILL "$t" >/dev/null 2>&1; done
@@ -668,6 +761,7 @@ preflight) preflight ;;
 provision) provision ;;
 images) images ;;
 up) up ;;
+sluice) sluice_up ;;
 down) down ;;
 leftovers) leftovers ;;
 redis)
@@ -690,6 +784,7 @@ env)
   echo "SLUICE_REALNODE_NODE_SCRIPT=$(cd "$(dirname "$0")" && pwd)/$(basename "$0")"
   echo "SLUICE_REALNODE_KUBELET_DIR=$D/kubelet"
   echo "SLUICE_REALNODE_HOST_IP=$HOST_IP"
+  echo "SLUICE_REALNODE_REGISTRY=localhost:$REGISTRY_PORT"
   ;;
 *)
   sed -n '2,13p' "$0" | sed 's/^# \{0,1\}//' >&2

@@ -3,7 +3,8 @@
 # runs the Go test in test/realnode against it and takes everything down again, on success,
 # failure or interrupt, then checks that nothing of the node is left on the machine.
 #
-# Arguments go to `go test` after the suite's own, e.g. one case of the suite:
+# It runs docs/quickstart.md as printed first (test/realnode/quickstart_test.go), then the suite.
+# Arguments go to the suite's `go test` after its own, e.g. one case of the suite:
 #   hack/realnode/test.sh -ginkgo.focus='control plane'
 #
 # Where this machine cannot run a node it prints one SKIP line saying what is missing and exits
@@ -61,10 +62,21 @@ t=$SECONDS
 "$node" up
 phase up $t
 
-t=$SECONDS
 set -a
 eval "$("$node" env)"
 set +a
 cd "$root"
-go test -tags realnode -count=1 -timeout 15m -v ./test/realnode/ -ginkgo.v "$@"
+
+# First what a user does on a cluster without Sluice: docs/quickstart.md, run as printed; its
+# last step uninstalls everything it installed.
+t=$SECONDS
+go test -tags realnode -count=1 -timeout 40m -v ./test/realnode/ -run '^TestQuickstart$'
+phase quickstart $t
+
+# Then the suite, on Sluice installed its own way (config/local-node).
+t=$SECONDS
+"$node" sluice
+phase "install (config/local-node)" $t
+t=$SECONDS
+go test -tags realnode -count=1 -timeout 15m -v ./test/realnode/ -run '^TestRealNode$' -ginkgo.v "$@"
 phase test $t

@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-	"regexp"
 	"strings"
 
 	. "github.com/onsi/ginkgo/v2"
@@ -16,6 +15,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/sluice-dev/sluice/internal/policyfile"
+	"github.com/sluice-dev/sluice/internal/testutil/markdown"
 )
 
 // docExample is a RateLimitPolicy shown in a document: a whole manifest, or a list of rules
@@ -28,53 +28,32 @@ type docExample struct {
 	reject string
 }
 
-var fence = regexp.MustCompile("^\\s*```(\\S*)\\s*$")
-
 // docExamples reads every ```yaml block of README.md and docs/ that is a RateLimitPolicy or a
 // list of its rules.
 func docExamples() []docExample {
 	files, err := filepath.Glob(filepath.Join("..", "..", "docs", "*.md"))
 	Expect(err).NotTo(HaveOccurred())
 	files = append([]string{filepath.Join("..", "..", "README.md")}, files...)
-	type block struct {
-		lang, text string
-		line       int
-	}
 	var out []docExample
 	for _, f := range files {
-		data, err := os.ReadFile(f)
+		blocks, err := markdown.File(f)
 		Expect(err).NotTo(HaveOccurred())
-		lines := strings.Split(string(data), "\n")
-		var blocks []block
-		for i := 0; i < len(lines); i++ {
-			m := fence.FindStringSubmatch(lines[i])
-			if m == nil {
-				continue
-			}
-			indent := len(lines[i]) - len(strings.TrimLeft(lines[i], " "))
-			start := i
-			var body []string
-			for i++; i < len(lines) && fence.FindStringSubmatch(lines[i]) == nil; i++ {
-				body = append(body, strings.TrimPrefix(lines[i], strings.Repeat(" ", indent)))
-			}
-			blocks = append(blocks, block{lang: m[1], text: strings.Join(body, "\n"), line: start + 1})
-		}
 		for i, b := range blocks {
-			if b.lang != "yaml" {
+			if b.Lang != "yaml" {
 				continue
 			}
-			ex := docExample{where: fmt.Sprintf("%s:%d", filepath.Base(f), b.line)}
-			trimmed := strings.TrimLeft(b.text, " ")
+			ex := docExample{where: fmt.Sprintf("%s:%d", filepath.Base(f), b.Line)}
+			trimmed := strings.TrimLeft(b.Text, " ")
 			switch {
-			case strings.Contains(b.text, "kind: RateLimitPolicy"):
-				ex.yaml = b.text
-			case strings.HasPrefix(trimmed, "- name:") && strings.Contains(b.text, "algorithm:"):
-				ex.yaml = "apiVersion: sluice.dev/v1alpha1\nkind: RateLimitPolicy\nmetadata: {name: rules}\nspec:\n  podSelector: {}\n  rules:\n" + indentTo(b.text, "  ")
+			case strings.Contains(b.Text, "kind: RateLimitPolicy"):
+				ex.yaml = b.Text
+			case strings.HasPrefix(trimmed, "- name:") && strings.Contains(b.Text, "algorithm:"):
+				ex.yaml = "apiVersion: sluice.dev/v1alpha1\nkind: RateLimitPolicy\nmetadata: {name: rules}\nspec:\n  podSelector: {}\n  rules:\n" + indentTo(b.Text, "  ")
 			default:
 				continue
 			}
-			if i+1 < len(blocks) && blocks[i+1].lang == "text" && strings.HasPrefix(blocks[i+1].text, "The RateLimitPolicy") {
-				_, msg, ok := strings.Cut(blocks[i+1].text, " is invalid: ")
+			if i+1 < len(blocks) && blocks[i+1].Lang == "text" && strings.HasPrefix(blocks[i+1].Text, "The RateLimitPolicy") {
+				_, msg, ok := strings.Cut(blocks[i+1].Text, " is invalid: ")
 				Expect(ok).To(BeTrue(), "%s: a rejection shows kubectl's `is invalid: ` message", ex.where)
 				ex.reject = strings.TrimSpace(msg)
 			}

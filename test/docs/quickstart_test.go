@@ -8,32 +8,23 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
-	"strings"
 	"testing"
+
+	"github.com/sluice-dev/sluice/internal/testutil/markdown"
 )
 
-// shellBlocks returns the ```sh blocks of a Markdown file, in order.
+// shellBlocks returns the text of the ```sh blocks of a Markdown file, in order.
 func shellBlocks(t *testing.T, path string) []string {
 	t.Helper()
-	data, err := os.ReadFile(path)
+	blocks, err := markdown.File(path)
 	if err != nil {
 		t.Fatal(err)
 	}
-	var blocks []string
-	var cur []string
-	in := false
-	for _, line := range strings.Split(string(data), "\n") {
-		switch {
-		case !in && strings.TrimSpace(line) == "```sh":
-			in, cur = true, nil
-		case in && strings.TrimSpace(line) == "```":
-			in = false
-			blocks = append(blocks, strings.Join(cur, "\n")+"\n")
-		case in:
-			cur = append(cur, line)
-		}
+	var out []string
+	for _, b := range markdown.Of(blocks, "sh") {
+		out = append(out, b.Text)
 	}
-	return blocks
+	return out
 }
 
 func TestQuickstartCommands(t *testing.T) {

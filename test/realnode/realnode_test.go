@@ -192,15 +192,8 @@ var _ = Describe("Sluice on a real node", Ordered, func() {
 		Expect(k8s.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}})).To(Succeed())
 		applyPolicy(5)
 
-		By("waiting until the webhook injects (a server-side dry run goes through it)")
-		Eventually(func(g Gomega) {
-			probe := &corev1.Pod{
-				ObjectMeta: metav1.ObjectMeta{Namespace: ns, GenerateName: "probe-", Annotations: map[string]string{inject.AnnotationInject: "true"}},
-				Spec:       web().Spec.Template.Spec,
-			}
-			g.Expect(k8s.Create(ctx, probe, client.DryRunAll)).To(Succeed())
-			g.Expect(webhook.HasSidecar(probe)).To(BeTrue(), "the webhook did not inject yet")
-		}, 2*time.Minute).Should(Succeed())
+		By("waiting until the webhook injects")
+		waitForInjection(ctx, ns, web().Spec.Template)
 
 		start := time.Now()
 		Expect(k8s.Create(ctx, web())).To(Succeed())

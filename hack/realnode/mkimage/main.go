@@ -1,6 +1,7 @@
 // Command mkimage writes a container image as a docker-save tarball without Docker: one layer
-// holding static binaries, /etc/passwd and /etc/group for the nonroot user (65532) and an empty
-// /tmp, so that `ctr images import` can load locally built programs into containerd.
+// holding programs (static binaries, or a dynamic one with the libraries it loads at their
+// paths), /etc/passwd and /etc/group for the nonroot user (65532) and an empty /tmp, so that
+// `ctr images import` can load locally built programs into containerd.
 //
 //	mkimage -o sidecar.tar -name sluice.local/sidecar:dev -entrypoint /sluice-sidecar \
 //	    /path/to/built/sluice-sidecar=/sluice-sidecar
@@ -17,6 +18,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"path"
 	"strings"
 	"time"
 )
@@ -93,7 +95,8 @@ func run(out, name, entrypoint, user string, files []string) error {
 	return f.Close()
 }
 
-// buildLayer is the rootfs: the nonroot user, /tmp, and each SRC=DEST program.
+// buildLayer is the rootfs: the nonroot user, /tmp, and each SRC=DEST file (read through
+// symbolic links), with the directories DEST needs.
 func buildLayer(files []string) ([]byte, error) {
 	var buf bytes.Buffer
 	tw := tar.NewWriter(&buf)
@@ -111,16 +114,27 @@ func buildLayer(files []string) ([]byte, error) {
 	if err := writeFile(tw, "etc/group", 0o644, []byte("root:x:0:\nnonroot:x:65532:\n")); err != nil {
 		return nil, err
 	}
+	dirs := map[string]bool{"etc/": true, "tmp/": true}
 	for _, spec := range files {
 		src, dest, ok := strings.Cut(spec, "=")
-		if !ok || !strings.HasPrefix(dest, "/") || strings.Count(dest, "/") != 1 {
-			return nil, fmt.Errorf("%q is not SRC=/name (programs go in the image's root)", spec)
+		if !ok || !path.IsAbs(dest) || path.Clean(dest) != dest || dest == "/" {
+			return nil, fmt.Errorf("%q is not SRC=/path/in/image", spec)
 		}
 		data, err := os.ReadFile(src)
 		if err != nil {
 			return nil, err
 		}
-		if err := writeFile(tw, dest[1:], 0o755, data); err != nil {
+		// Parent directories first, each once, so that every file's directory exists.
+		name := dest[1:]
+		for i := range name {
+			if d := name[:i+1]; name[i] == '/' && !dirs[d] {
+				dirs[d] = true
+				if err := tw.WriteHeader(&tar.Header{Typeflag: tar.TypeDir, Name: d, Mode: 0o755, ModTime: epoch}); err != nil {
+					return nil, err
+				}
+			}
+		}
+		if err := writeFile(tw, name, 0o755, data); err != nil {
 			return nil, err
 		}
 	}
