@@ -452,6 +452,10 @@ control_plane_up() {
   wait_for etcd 30 curl -sf http://127.0.0.1:2379/health
 
   apiserver_start
+  # What kubeadm grants the API server's client certificate at the kubelet: logs, exec and
+  # port-forward (kubelet authorizes through the API server, webhook mode).
+  kubectl create clusterrolebinding sluice-realnode:kubelet-api-admin \
+    --clusterrole system:kubelet-api-admin --user kube-apiserver-kubelet-client >&2
 
   start kube-controller-manager "$bin/kube-controller-manager" \
     --kubeconfig "$p/controller-manager.kubeconfig" \
