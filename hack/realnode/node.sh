@@ -345,6 +345,9 @@ snapshot() {
       (cd "$s" && find . -mindepth 1 | sort) >"$D/before/$(echo "$s" | tr / _)"
     fi
   done
+  # kube-proxy makes kubelet's KUBE-FIREWALL chain too and its cleanup leaves it: down removes
+  # it unless the machine had it before.
+  if iptables -t filter -S KUBE-FIREWALL >/dev/null 2>&1; then touch "$D/before/kube-firewall"; fi
 }
 
 network() {
@@ -700,7 +703,18 @@ down() {
   for netns in $(new_entries /var/run/netns); do
     ip netns delete "$netns" 2>/dev/null || { umount "/var/run/netns/$netns" 2>/dev/null; rm -f "/var/run/netns/$netns"; }
   done
+  # A pod's veth can outlive its network namespace's last process; with the bridge gone it
+  # could no longer be told from the machine's own links.
+  local link
+  for link in $(ip -o link show master "$BRIDGE" 2>/dev/null | awk -F': ' '{print $2}' | cut -d@ -f1); do
+    ip link del "$link" 2>/dev/null
+  done
   ip link del "$BRIDGE" 2>/dev/null
+  if [ -d "$D/before" ] && [ ! -e "$D/before/kube-firewall" ] && iptables -t filter -S KUBE-FIREWALL >/dev/null 2>&1; then
+    while iptables -t filter -D INPUT -j KUBE-FIREWALL 2>/dev/null; do :; done
+    while iptables -t filter -D OUTPUT -j KUBE-FIREWALL 2>/dev/null; do :; done
+    iptables -t filter -F KUBE-FIREWALL && iptables -t filter -X KUBE-FIREWALL
+  fi
 
   # Cgroups of the pods, deepest first.
   local c
