@@ -50,6 +50,7 @@ type Metrics struct {
 
 	responseCostMissing *prometheus.CounterVec
 	slotsHeld           *prometheus.GaugeVec
+	jwt                 jwtCollectors
 }
 
 // New creates the collectors and registers them, with the Go and process collectors, on a new
@@ -125,6 +126,7 @@ func New() *Metrics {
 		Help: "Slots of Concurrency rules this pod's requests hold now (admitted, response not finished), by policy and rule.",
 	}, policyRuleLabels)
 	m.Registry.MustRegister(m.slotsHeld)
+	m.jwt = newJWTCollectors(m.Registry)
 	m.Registry.MustRegister(m.requests, m.fallback, m.DecisionSeconds, m.RedisErrors, m.BreakerState,
 		m.BreakerTransitions, m.ConfigGeneration, m.ConfigReloads, m.ReloadFailures, m.ConfigPolicies,
 		m.QueueDelaySeconds, m.QueueAbandoned, m.UpstreamErrors, m.OutageUnits, m.responseCostMissing,
