@@ -23,12 +23,20 @@ import (
 	"path/filepath"
 	"strings"
 	"sync/atomic"
-	"testing"
 	"time"
 
 	jose "github.com/go-jose/go-jose/v4"
 	"github.com/go-jose/go-jose/v4/jwt"
 )
+
+// TB is what the helpers need of a test: testing.TB's, or Ginkgo's GinkgoT().
+type TB interface {
+	Helper()
+	Fatal(args ...any)
+	Fatalf(format string, args ...any)
+	TempDir() string
+	Cleanup(func())
+}
 
 // Key is a signing key pair with its key id and algorithm.
 type Key struct {
@@ -38,7 +46,7 @@ type Key struct {
 }
 
 // NewKey makes a key of alg (RS256, ES256 or EdDSA) named kid.
-func NewKey(t testing.TB, alg jose.SignatureAlgorithm, kid string) Key {
+func NewKey(t TB, alg jose.SignatureAlgorithm, kid string) Key {
 	t.Helper()
 	var (
 		priv crypto.Signer
@@ -71,7 +79,7 @@ func (k Key) PrivateJWK() jose.JSONWebKey {
 }
 
 // JWKS is the key set of the keys' public halves.
-func JWKS(t testing.TB, keys ...Key) []byte {
+func JWKS(t TB, keys ...Key) []byte {
 	t.Helper()
 	set := jose.JSONWebKeySet{Keys: []jose.JSONWebKey{}}
 	for _, k := range keys {
@@ -113,7 +121,7 @@ func (c Claims) With(kv ...any) Claims {
 }
 
 // Sign signs claims with k, its kid in the header.
-func (k Key) Sign(t testing.TB, c Claims) string {
+func (k Key) Sign(t TB, c Claims) string {
 	t.Helper()
 	opts := (&jose.SignerOptions{}).WithType("JWT").WithHeader(jose.HeaderKey("kid"), k.KID)
 	s, err := jose.NewSigner(jose.SigningKey{Algorithm: k.Alg, Key: k.Private}, opts)
@@ -127,7 +135,7 @@ func (k Key) Sign(t testing.TB, c Claims) string {
 	return tok
 }
 
-func segment(t testing.TB, v any) string {
+func segment(t TB, v any) string {
 	t.Helper()
 	b, err := json.Marshal(v)
 	if err != nil {
@@ -137,14 +145,14 @@ func segment(t testing.TB, v any) string {
 }
 
 // None is an unsigned token, alg none, naming kid.
-func None(t testing.TB, kid string, c Claims) string {
+func None(t TB, kid string, c Claims) string {
 	return segment(t, map[string]string{"alg": "none", "typ": "JWT", "kid": kid}) + "." + segment(t, c) + "."
 }
 
 // HS256WithPublicKey is the algorithm confusion forgery: a token with alg HS256 whose HMAC key
 // is k's public key, in PEM (as a verifier that takes the key's bytes as the secret would
 // check it) when pemKey is true, else its JWK JSON.
-func (k Key) HS256WithPublicKey(t testing.TB, c Claims, pemKey bool) string {
+func (k Key) HS256WithPublicKey(t TB, c Claims, pemKey bool) string {
 	t.Helper()
 	var secret []byte
 	if pemKey {
@@ -167,7 +175,7 @@ func (k Key) HS256WithPublicKey(t testing.TB, c Claims, pemKey bool) string {
 
 // Forge returns token with its claims replaced by c and its header and signature kept: what a
 // caller who changes sub in a real token sends.
-func Forge(t testing.TB, token string, c Claims) string {
+func Forge(t TB, token string, c Claims) string {
 	t.Helper()
 	parts := strings.Split(token, ".")
 	if len(parts) != 3 {
@@ -187,7 +195,7 @@ type Server struct {
 }
 
 // NewServer serves jwks over https until the test ends.
-func NewServer(t testing.TB, jwks []byte) *Server {
+func NewServer(t TB, jwks []byte) *Server {
 	t.Helper()
 	s := &Server{}
 	s.Set(jwks)
