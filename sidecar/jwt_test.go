@@ -26,7 +26,8 @@ const (
 	perUser = 2
 )
 
-// jwtPolicies are two policies keyed on the verified sub, 2 an hour per user: one whose keys
+// jwtPolicies are two policies keyed on the verified sub, 2 a day per user (a bucket that
+// refills one unit in 12 hours: no window ends during a test): one whose keys
 // come from the https URL jwksURL (under /url/), one whose keys come from the Secret idp-keys
 // (under /secret/). Both fail closed, so that every answer is Redis's (counts exact).
 func jwtPolicies(jwksURL string) string {
@@ -45,9 +46,9 @@ spec:
   - name: per-user-url
     match: {pathPrefix: /url/}
     key: [{jwtClaim: {claim: sub}}]
-    algorithm: FixedWindow
+    algorithm: TokenBucket
     limit: %d
-    window: 1h
+    window: 24h
 ---
 apiVersion: sluice.dev/v1alpha1
 kind: RateLimitPolicy
@@ -63,9 +64,9 @@ spec:
   - name: per-user-secret
     match: {pathPrefix: /secret/}
     key: [{jwtClaim: {claim: sub}}]
-    algorithm: FixedWindow
+    algorithm: TokenBucket
     limit: %d
-    window: 1h
+    window: 24h
 `, jwksURL, jwtIssuer, jwtAudience, perUser, jwtIssuer, jwtAudience, perUser)
 }
 
