@@ -40,9 +40,14 @@ type keySetError struct {
 
 func (e *keySetError) Error() string { return e.msg }
 
-// newKeySetView reads the labelled Secrets of ns and the key sets rendered in its ConfigMap.
-func newKeySetView(ctx context.Context, c client.Reader, ns string) (*keySetView, error) {
+// newKeySetView reads the labelled Secrets of ns and the key sets rendered in its ConfigMap,
+// when one of policies names a Secret (otherwise nothing: a reconcile of a namespace without
+// such a policy decodes no ConfigMap).
+func newKeySetView(ctx context.Context, c client.Reader, ns string, policies []v1alpha1.RateLimitPolicy) (*keySetView, error) {
 	v := &keySetView{secrets: map[string]*corev1.Secret{}, previous: map[string]json.RawMessage{}}
+	if !slices.ContainsFunc(policies, func(p v1alpha1.RateLimitPolicy) bool { _, _, ok := render.JWKSSecret(&p); return ok }) {
+		return v, nil
+	}
 	var secrets corev1.SecretList
 	if err := c.List(ctx, &secrets, client.InNamespace(ns), client.MatchingLabels{v1alpha1.JWKSSecretLabel: "true"}); err != nil {
 		return nil, err

@@ -106,7 +106,7 @@ func (r *RateLimitPolicyReconciler) Reconcile(ctx context.Context, req ctrl.Requ
 	if len(list.Items) == 0 {
 		r.fitter.Forget(ns) // bounded by the namespaces that have policies
 	}
-	keySets, err := newKeySetView(ctx, r.Client, ns)
+	keySets, err := newKeySetView(ctx, r.Client, ns, list.Items)
 	if err != nil {
 		return ctrl.Result{}, err
 	}

@@ -40,9 +40,13 @@ func (vs *Verifiers) get(name string, cfg *policy.JWT, m *metrics.Metrics) (*key
 	if v, ok := vs.byPolicy[name]; ok && v.settings == string(settings) {
 		return v.jwt, nil
 	}
-	series := m.ForJWT(name)
+	results := make([]string, len(keys.TokenResults))
+	for i, r := range keys.TokenResults {
+		results[i] = string(r)
+	}
+	series := m.ForJWT(name, results...)
 	opts := vs.Options
-	opts.OnToken = func(r keys.TokenResult) { series.Token(string(r)) }
+	opts.OnToken = func(r keys.TokenResult) { series.Tokens[string(r)].Inc() }
 	opts.OnFetch = series.Fetch
 	j, err := keys.NewJWT(*cfg, opts)
 	if err != nil {

@@ -14,11 +14,11 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+	"unsafe"
 
 	jose "github.com/go-jose/go-jose/v4"
 	"github.com/go-jose/go-jose/v4/jwt"
 	"k8s.io/utils/clock"
-	"k8s.io/utils/lru"
 
 	"github.com/sluice-dev/sluice/internal/policy"
 )
@@ -70,6 +70,10 @@ const (
 	TokenAudience    TokenResult = "audience"
 )
 
+// TokenResults are every TokenResult.
+var TokenResults = []TokenResult{TokenVerified, TokenCached, TokenMissing, TokenMalformed, TokenAlgorithm,
+	TokenUnknownKey, TokenSignature, TokenNoExpiry, TokenExpired, TokenNotYetValid, TokenIssuer, TokenAudience}
+
 // JWTOptions are a JWT's collaborators; the zero value is the production setting.
 type JWTOptions struct {
 	// Clock reads the time tokens are checked at; nil is the real clock.
@@ -99,7 +103,7 @@ type JWT struct {
 	opts  JWTOptions
 	clock clock.PassiveClock
 	keys  atomic.Pointer[keySet]
-	cache *lru.Cache
+	cache *tokenCache
 
 	mu        sync.Mutex
 	inflight  chan struct{}
@@ -135,7 +139,7 @@ func NewJWT(cfg policy.JWT, opts JWTOptions) (*JWT, error) {
 	if size <= 0 {
 		size = DefaultTokenCache
 	}
-	j := &JWT{cfg: cfg, opts: opts, clock: opts.Clock, cache: lru.New(size)}
+	j := &JWT{cfg: cfg, opts: opts, clock: opts.Clock, cache: newTokenCache(size)}
 	if j.clock == nil {
 		j.clock = clock.RealClock{}
 	}
@@ -209,15 +213,12 @@ func (j *JWT) Verify(token string) (*Identity, TokenResult) {
 		return nil, TokenMalformed
 	}
 	now := j.clock.Now()
-	sum := sha256.Sum256([]byte(token))
+	// The token's bytes, hashed in place: a copy would cost an allocation per request.
+	sum := sha256.Sum256(unsafe.Slice(unsafe.StringData(token), len(token)))
 	set := j.keys.Load()
-	if v, ok := j.cache.Get(sum); ok {
-		id := v.(*Identity) //nolint:forcetypeassert // the cache holds only identities
-		if now.Before(id.until) && id.set == set {
-			j.keepFresh(set, now)
-			return id, TokenCached
-		}
-		j.cache.Remove(sum)
+	if id := j.cache.get(sum); id != nil && now.Before(id.until) && id.set == set {
+		j.keepFresh(set, now)
+		return id, TokenCached
 	}
 	tok, err := jwt.ParseSigned(token, j.algs)
 	if err != nil {
@@ -280,7 +281,7 @@ func (j *JWT) Verify(token string) (*Identity, TokenResult) {
 	if err := dec.Decode(&id.claims); err != nil {
 		return nil, TokenMalformed
 	}
-	j.cache.Add(sum, id)
+	j.cache.add(sum, id)
 	return id, TokenVerified
 }
 
@@ -367,7 +368,7 @@ func (j *JWT) fetch() {
 	// Another key set: the tokens remembered were verified by the one before (Identity.set),
 	// and a key that is gone must verify nothing more.
 	j.keys.Store(newKeySet(set.Keys, string(raw), now))
-	j.cache.Clear()
+	j.cache.clear()
 }
 
 func (j *JWT) get() (policy.KeySet, error) {
@@ -434,4 +435,47 @@ func (id *Identity) Claim(name string) (string, bool) {
 		return "false", true
 	}
 	return "", false
+}
+
+// tokenCache remembers verified tokens by their SHA-256, at most size of them: two
+// generations of size/2, the older dropped whole when the newer fills, so that a hit takes a
+// read lock and no bookkeeping, and a token in use moves to the newer generation when the older
+// one holds it. An entry is checked by the caller (expiry, key set) when found.
+type tokenCache struct {
+	mu        sync.RWMutex
+	cur, prev map[[sha256.Size]byte]*Identity
+	half      int
+}
+
+func newTokenCache(size int) *tokenCache {
+	half := max(size/2, 1)
+	return &tokenCache{cur: make(map[[sha256.Size]byte]*Identity, half), prev: map[[sha256.Size]byte]*Identity{}, half: half}
+}
+
+func (c *tokenCache) get(sum [sha256.Size]byte) *Identity {
+	c.mu.RLock()
+	id, ok := c.cur[sum]
+	if !ok {
+		id = c.prev[sum]
+	}
+	c.mu.RUnlock()
+	if !ok && id != nil {
+		c.add(sum, id)
+	}
+	return id
+}
+
+func (c *tokenCache) add(sum [sha256.Size]byte, id *Identity) {
+	c.mu.Lock()
+	if len(c.cur) >= c.half {
+		c.prev, c.cur = c.cur, make(map[[sha256.Size]byte]*Identity, c.half)
+	}
+	c.cur[sum] = id
+	c.mu.Unlock()
+}
+
+func (c *tokenCache) clear() {
+	c.mu.Lock()
+	c.cur, c.prev = make(map[[sha256.Size]byte]*Identity, c.half), map[[sha256.Size]byte]*Identity{}
+	c.mu.Unlock()
 }

@@ -336,3 +336,28 @@ func BenchmarkClaimKey(b *testing.B) {
 		})
 	}
 }
+
+// FuzzClaimKeyUnforgeable: whatever token a request carries, its key is the unverified key or
+// the key of a token the key's owner signed (alice's): no string reaches another user's key.
+func FuzzClaimKeyUnforgeable(f *testing.F) {
+	key := jwttest.NewKey(f, jose.ES256, "k1")
+	clk := clocktesting.NewFakeClock(t0)
+	j, err := keys.NewJWT(policy.JWT{Header: "Authorization", Algorithms: policy.JWTAlgorithms, JWKS: jwttest.JWKS(f, key)}, keys.JWTOptions{Clock: clk})
+	if err != nil {
+		f.Fatal(err)
+	}
+	k := keys.CompileKey("p", "r", []policy.KeyPart{{Source: policy.SourceJWTClaim, Name: "sub"}}, keys.Trusted{}).WithJWT(j)
+	valid := jwttest.Valid("alice", "", "", t0)
+	alice := key.Sign(f, valid)
+	for _, s := range []string{alice, jwttest.Forge(f, alice, valid.With("sub", "bob")), jwttest.None(f, "k1", valid.With("sub", "bob")),
+		key.HS256WithPublicKey(f, valid.With("sub", "bob"), true), alice + "x", "a.b.c", ""} {
+		f.Add(s)
+	}
+	own, _ := k.FromValues([]string{"alice"})
+	f.Fuzz(func(t *testing.T, token string) {
+		req := keys.Request{Header: keys.HTTPHeader{"Authorization": {"Bearer " + token}}}
+		if got := string(k.Append(nil, &req)); got != own && got != k.Unverified() {
+			t.Fatalf("token %q reached key %q", token, got)
+		}
+	})
+}

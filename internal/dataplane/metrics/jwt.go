@@ -34,16 +34,19 @@ type JWT struct {
 	policy string
 	// Keys is sluice_jwks_keys of the policy.
 	Keys prometheus.Gauge
+	// Tokens are sluice_jwt_tokens_total of the policy by result, resolved once.
+	Tokens map[string]prometheus.Counter
 }
 
-// ForJWT returns the token series of a policy that verifies tokens; they are created only for
-// those, so other policies have no such series.
-func (m *Metrics) ForJWT(policyName string) *JWT {
-	return &JWT{c: &m.jwt, policy: policyName, Keys: m.jwt.keys.WithLabelValues(policyName)}
+// ForJWT returns the token series of a policy that verifies tokens, with a counter of each of
+// results; they are created only for those policies, so other policies have no such series.
+func (m *Metrics) ForJWT(policyName string, results ...string) *JWT {
+	j := &JWT{c: &m.jwt, policy: policyName, Keys: m.jwt.keys.WithLabelValues(policyName), Tokens: map[string]prometheus.Counter{}}
+	for _, r := range results {
+		j.Tokens[r] = m.jwt.tokens.WithLabelValues(policyName, r)
+	}
+	return j
 }
-
-// Token counts one verification's result.
-func (j *JWT) Token(result string) { j.c.tokens.WithLabelValues(j.policy, result).Inc() }
 
 // Fetch counts one fetch of the key set URL: keys usable ones, or err.
 func (j *JWT) Fetch(keys int, err error) {
