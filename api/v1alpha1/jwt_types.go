@@ -2,7 +2,7 @@ package v1alpha1
 
 // JWKSSecretLabel must be set to "true" on a Secret that spec.jwt.jwks.secretRef names: the
 // manager watches and caches only the Secrets that carry it, never the cluster's others.
-const JWKSSecretLabel = "sluice.dev/jwks"
+const JWKSSecretLabel = "sluice.dev/jwks" //nolint:gosec // a label's name, not a credential
 
 // JWTSpec says how a policy's sidecars verify a request's JSON Web Token before a rule keys on
 // one of its claims.

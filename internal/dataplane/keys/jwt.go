@@ -63,7 +63,7 @@ const (
 	TokenAlgorithm   TokenResult = "algorithm"
 	TokenUnknownKey  TokenResult = "unknown_key"
 	TokenSignature   TokenResult = "signature"
-	TokenNoExpiry    TokenResult = "no_expiry"
+	TokenNoExpiry    TokenResult = "no_expiry" //nolint:gosec // a metric label, not a credential
 	TokenExpired     TokenResult = "expired"
 	TokenNotYetValid TokenResult = "not_yet_valid"
 	TokenIssuer      TokenResult = "issuer"
@@ -408,7 +408,7 @@ func (j *JWT) Keys() int {
 func (id *Identity) Claim(name string) (string, bool) {
 	v, ok := id.claims[name]
 	if !ok {
-		var obj map[string]any = id.claims
+		obj := id.claims
 		for rest := name; ; {
 			seg, tail, more := strings.Cut(rest, ".")
 			if v, ok = obj[seg]; !ok {

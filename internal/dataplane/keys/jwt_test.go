@@ -46,22 +46,22 @@ func TestVerifyTokens(t *testing.T) {
 				token string
 				want  keys.TokenResult
 			}{
-				"valid":              {aliceToken, keys.TokenVerified},
-				"expired":            {key.Sign(t, valid.With("exp", t0.Add(-time.Minute).Unix())), keys.TokenExpired},
-				"expired in leeway":  {key.Sign(t, valid.With("exp", t0.Add(-keys.Leeway/2).Unix())), keys.TokenVerified},
-				"not yet valid":      {key.Sign(t, valid.With("nbf", t0.Add(time.Minute).Unix())), keys.TokenNotYetValid},
-				"issued in future":   {key.Sign(t, valid.With("iat", t0.Add(time.Minute).Unix())), keys.TokenNotYetValid},
-				"no exp":             {key.Sign(t, valid.With("exp", nil)), keys.TokenNoExpiry},
-				"wrong audience":     {key.Sign(t, valid.With("aud", "other")), keys.TokenAudience},
-				"wrong issuer":       {key.Sign(t, valid.With("iss", "https://evil.test")), keys.TokenIssuer},
-				"wrong key":          {other.Sign(t, valid), keys.TokenSignature},
-				"unknown kid":        {jwttest.NewKey(t, alg, "k9").Sign(t, valid), keys.TokenUnknownKey},
-				"alg none":           {jwttest.None(t, "k1", valid), keys.TokenAlgorithm},
-				"HS256, PEM key":     {key.HS256WithPublicKey(t, valid, true), keys.TokenAlgorithm},
-				"HS256, JWK key":     {key.HS256WithPublicKey(t, valid, false), keys.TokenAlgorithm},
-				"forged sub":         {jwttest.Forge(t, aliceToken, valid.With("sub", "bob")), keys.TokenSignature},
-				"garbage":            {"not.a.token", keys.TokenMalformed},
-				"too long":           {strings.Repeat("a", keys.MaxTokenBytes+1), keys.TokenMalformed},
+				"valid":             {aliceToken, keys.TokenVerified},
+				"expired":           {key.Sign(t, valid.With("exp", t0.Add(-time.Minute).Unix())), keys.TokenExpired},
+				"expired in leeway": {key.Sign(t, valid.With("exp", t0.Add(-keys.Leeway/2).Unix())), keys.TokenVerified},
+				"not yet valid":     {key.Sign(t, valid.With("nbf", t0.Add(time.Minute).Unix())), keys.TokenNotYetValid},
+				"issued in future":  {key.Sign(t, valid.With("iat", t0.Add(time.Minute).Unix())), keys.TokenNotYetValid},
+				"no exp":            {key.Sign(t, valid.With("exp", nil)), keys.TokenNoExpiry},
+				"wrong audience":    {key.Sign(t, valid.With("aud", "other")), keys.TokenAudience},
+				"wrong issuer":      {key.Sign(t, valid.With("iss", "https://evil.test")), keys.TokenIssuer},
+				"wrong key":         {other.Sign(t, valid), keys.TokenSignature},
+				"unknown kid":       {jwttest.NewKey(t, alg, "k9").Sign(t, valid), keys.TokenUnknownKey},
+				"alg none":          {jwttest.None(t, "k1", valid), keys.TokenAlgorithm},
+				"HS256, PEM key":    {key.HS256WithPublicKey(t, valid, true), keys.TokenAlgorithm},
+				"HS256, JWK key":    {key.HS256WithPublicKey(t, valid, false), keys.TokenAlgorithm},
+				"forged sub":        {jwttest.Forge(t, aliceToken, valid.With("sub", "bob")), keys.TokenSignature},
+				"garbage":           {"not.a.token", keys.TokenMalformed},
+				"too long":          {strings.Repeat("a", keys.MaxTokenBytes+1), keys.TokenMalformed},
 			} {
 				t.Run(name, func(t *testing.T) {
 					id, got := j.Verify(tc.token)

@@ -14,15 +14,15 @@ func newJWTCollectors(r *prometheus.Registry) jwtCollectors {
 		tokens: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "sluice_jwt_tokens_total",
 			Help: "Token verifications of policies with jwt, by policy and result: verified, cached (verified before), or why the request counts as unverified (missing, malformed, algorithm, unknown_key, signature, no_expiry, expired, not_yet_valid, issuer, audience). A request counts once per policy that reads its token.",
-		}, []string{"policy", "result"}),
+		}, []string{policyLabel, "result"}),
 		fetches: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "sluice_jwks_fetches_total",
 			Help: "Fetches of a policy's key set URL (jwt.jwks.url), by policy and result (ok, error); after an error the keys fetched before stay in use.",
-		}, []string{"policy", "result"}),
+		}, []string{policyLabel, "result"}),
 		keys: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "sluice_jwks_keys",
 			Help: "Public keys in use to verify a policy's tokens; 0 means every token counts as unverified.",
-		}, []string{"policy"}),
+		}, []string{policyLabel}),
 	}
 	r.MustRegister(c.tokens, c.fetches, c.keys)
 	return c

@@ -24,7 +24,10 @@ const (
 )
 
 // policyRuleLabels label the series of one rule's own: its policy and its name.
-var policyRuleLabels = []string{"policy", "rule"}
+var policyRuleLabels = []string{policyLabel, "rule"}
+
+// policyLabel names a policy in every series of one.
+const policyLabel = "policy"
 
 // Metrics are the sidecar's collectors, registered on one registry. Safe for concurrent use.
 type Metrics struct {
