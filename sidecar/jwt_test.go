@@ -105,20 +105,11 @@ func (s *jwtSidecar) render(t *testing.T, jwks []byte) {
 // status.
 func (s *jwtSidecar) get(t *testing.T, path, auth string) int {
 	t.Helper()
-	req, err := http.NewRequest(http.MethodGet, s.URL()+path, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
+	header := map[string]string{}
 	if auth != "" {
-		req.Header.Set("Authorization", auth)
+		header["Authorization"] = auth
 	}
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	_, _ = io.Copy(io.Discard, resp.Body)
-	return resp.StatusCode
+	return getStatus(t, s.URL()+path, header)
 }
 
 // admitted sends each request and counts the 200s; any status but 200 and 429 fails.
