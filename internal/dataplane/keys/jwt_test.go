@@ -278,6 +278,13 @@ func TestClaimKeys(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// sluicectl quota names a user's counter by its claim, with no verifier: the key the
+	// sidecar gives that user's verified token.
+	verifiedReq := keys.Request{Header: keys.HTTPHeader{"Authorization": {"Bearer " + alice}}}
+	checked := unchecked.WithJWT(j)
+	if got, _ := unchecked.FromValues([]string{"alice"}); got != string(checked.Append(nil, &verifiedReq)) {
+		t.Errorf("FromValues without a verifier: %q, want the verified request's key", got)
+	}
 	for name, tc := range map[string]struct {
 		auth string
 		want string

@@ -260,20 +260,22 @@ type Request struct {
 	peer       netip.Addr
 	peerOK     bool
 	// identity is the request's token verified by jwtFor (nil: it has none, or it failed),
-	// so that the rules of one policy verify it once.
-	jwtFor   *JWT
-	identity *Identity
+	// when identified is set, so that the rules of one policy verify it once.
+	jwtFor     *JWT
+	identity   *Identity
+	identified bool
 }
 
 // Identity returns the request's token verified by j, nil when it carries none, its token
 // fails, or j is nil. The outcome is remembered for the next call with the same j.
 func (r *Request) Identity(j *JWT) *Identity {
+	if r.identified && r.jwtFor == j {
+		return r.identity
+	}
 	if j == nil {
 		return nil
 	}
-	if r.jwtFor != j {
-		r.jwtFor, r.identity = j, j.Identify(r.Header)
-	}
+	r.jwtFor, r.identity, r.identified = j, j.Identify(r.Header), true
 	return r.identity
 }
 
@@ -427,14 +429,8 @@ func (k *Key) FromValues(values []string) (string, error) {
 	req := Request{Header: HTTPHeader{}}
 	query := url.Values{}
 	if k.claims {
-		// A verified token with these claims, remembered for the verifier the key asks.
-		req.jwtFor, req.identity = k.jwt, &Identity{claims: map[string]any{}}
-		if k.jwt == nil {
-			req.jwtFor = &JWT{}
-			k2 := *k
-			k2.jwt = req.jwtFor
-			k = &k2
-		}
+		// A token verified by the key's verifier, carrying the values as its claims.
+		req.jwtFor, req.identity, req.identified = k.jwt, &Identity{claims: map[string]any{}}, true
 	}
 	for i, p := range k.parts {
 		v := values[i] //nolint:gosec // len(values) == len(k.parts), checked above
