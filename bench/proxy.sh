@@ -5,7 +5,8 @@
 # Starts everything itself on free loopback ports (a tiny Go upstream, redis-server, nginx with
 # a keep-alive upstream and limit_req at a rate that never denies, bench/bareproxy: the
 # sidecar's fasthttp server and HostClient with nothing else, the sidecar in four
-# configurations: no policy, the rule decided in Redis (exact), leased from Redis, local), runs
+# configurations: no policy, the rule decided in Redis (exact), leased from Redis, local; and the
+# rule decided in Redis keyed on a header and on a verified JWT's sub, side by side), runs
 # wrk for DURATION seconds per target, then a fixed-rate open-loop run at RATE req/s, a CPU
 # profile of the sidecar deciding through Redis, and an outage run (redis killed with SIGKILL
 # and restarted under load). Everything it started is stopped on exit.
@@ -51,6 +52,7 @@ go build -o "$WORK/sluice-sidecar" ./sidecar
 go build -o "$WORK/upstream" ./cmd/upstream
 go build -o "$WORK/loadgen" ./bench/loadgen
 go build -o "$WORK/bareproxy" ./bench/bareproxy
+go build -o "$WORK/jwtmint" ./bench/jwtmint
 
 UP=$(freeport); REDIS=$(freeport); NGINX=$(freeport); BARE=$(freeport)
 "$WORK/upstream" -listen "127.0.0.1:$UP" & PIDS+=($!)
@@ -95,6 +97,15 @@ EOF
 # The same rule leased (bench/lease.sh's lease): decided from a share of the limit held locally.
 sed 's/"mode":"Enforce"}/"mode":"Enforce","lease":{"maxAgeMs":100}}/' "$WORK/policies.json" > "$WORK/leased.json"
 grep -q lease "$WORK/leased.json"
+# The same rule keyed on a header, and on the sub of a verified token (ES256, cached once
+# verified). Every wrk run sends both headers, so every target reads the same bytes.
+TOKEN=$("$WORK/jwtmint" -jwks "$WORK/jwks.json" -sub alice)
+WRK_HEADERS=(-H "Authorization: Bearer $TOKEN" -H "X-User: alice")
+sed 's/"key":\[{"source":"clientIP"}\]/"key":[{"source":"header","name":"X-User"}]/' "$WORK/policies.json" > "$WORK/header.json"
+sed -e 's/"key":\[{"source":"clientIP"}\]/"key":[{"source":"jwtClaim","name":"sub"}]/' \
+  -e "s/\"rules\":/\"jwt\":{\"header\":\"Authorization\",\"algorithms\":[\"ES256\"],\"jwks\":$(cat "$WORK/jwks.json")},\"rules\":/" \
+  "$WORK/policies.json" > "$WORK/jwt.json"
+grep -q X-User "$WORK/header.json"; grep -q jwtClaim "$WORK/jwt.json"
 
 # sidecar NAME CONFIG [extra flags...]: starts a sidecar ($SIDECAR_BIN), sets SC_PORT, SC_METRICS,
 # SC_PID.
@@ -116,8 +127,11 @@ sidecar none "$WORK/absent.json";            NONE=$SC_PORT; NONE_M=$SC_METRICS; 
 sidecar redis "$WORK/policies.json" --redis-url "redis://127.0.0.1:$REDIS/0"; RED=$SC_PORT; RED_M=$SC_METRICS; RED_PID=$SC_PID
 sidecar leased "$WORK/leased.json" --redis-url "redis://127.0.0.1:$REDIS/0"; LEA=$SC_PORT; LEA_PID=$SC_PID
 sidecar local "$WORK/policies.json";          LOC=$SC_PORT; LOC_PID=$SC_PID
+sidecar header "$WORK/header.json" --redis-url "redis://127.0.0.1:$REDIS/0"; HDR=$SC_PORT; HDR_PID=$SC_PID
+sidecar jwt "$WORK/jwt.json" --redis-url "redis://127.0.0.1:$REDIS/0"; JWT=$SC_PORT; JWT_M=$SC_METRICS; JWT_PID=$SC_PID
 TARGETS=("direct $UP 0" "nginx+limit_req $NGINX $NGINX_PID" "bare-fasthttp $BARE $BARE_PID" "sidecar-no-policy $NONE $NONE_PID"
-  "sidecar+redis $RED $RED_PID" "sidecar-leased $LEA $LEA_PID" "sidecar-local $LOC $LOC_PID")
+  "sidecar+redis $RED $RED_PID" "sidecar-leased $LEA $LEA_PID" "sidecar-local $LOC $LOC_PID"
+  "sidecar+redis+header $HDR $HDR_PID" "sidecar+redis+jwt $JWT $JWT_PID")
 if [ -n "$BASELINE" ]; then
   SIDECAR_BIN=$BASELINE
   sidecar base-none "$WORK/absent.json"; B_NONE_M=$SC_METRICS; TARGETS+=("baseline-no-policy $SC_PORT $SC_PID")
@@ -156,12 +170,12 @@ declare -A RPS P50 P99 FIX CPU RSS HWM
 : > "$WORK/cpu.tsv" # repeat target us-per-request rss-kib peak-rss-kib req/s, for the medians
 run_wrk() { # repeat name port pid (0: not a proxy)
   curl -sf "http://127.0.0.1:$3/" >/dev/null
-  wrk -t1 -c8 -d1s "http://127.0.0.1:$3/" >/dev/null # warm connections
+  wrk -t1 -c8 -d1s "${WRK_HEADERS[@]}" "http://127.0.0.1:$3/" >/dev/null # warm connections
   local t0=0 t1=0 p
   # The peak (VmHWM) from here on: writing 5 to clear_refs resets it to the current RSS.
   [ "$4" = 0 ] || for p in "$4" $(pgrep -P "$4" || true); do echo 5 > "/proc/$p/clear_refs" 2>/dev/null || true; done
   [ "$4" = 0 ] || t0=$(ticks "$4")
-  local out; out=$(wrk -t"$THREADS" -c"$CONNS" -d"${DURATION}s" --latency "http://127.0.0.1:$3/")
+  local out; out=$(wrk -t"$THREADS" -c"$CONNS" -d"${DURATION}s" --latency "${WRK_HEADERS[@]}" "http://127.0.0.1:$3/")
   [ "$4" = 0 ] || t1=$(ticks "$4")
   [ -z "$OUT" ] || printf '%s\n' "$out" > "$OUT/wrk-$2-$1.txt"
   RPS[$2]=$(awk '/Requests\/sec/ {print $2}' <<<"$out")
@@ -211,6 +225,7 @@ EOF
   echo "## repeat $rep/$BENCH_REPEAT: open loop at $RATE req/s for ${DURATION}s (latency from scheduled start)"
   for t in "${TARGETS[@]}"; do
     read -r name port _ <<<"$t"
+    case $name in *+header|*+jwt) continue ;; esac # loadgen sends no headers: compared by wrk only
     run_fixed "$rep" "$name" "$port"
   done
   python3 - "${FIX[direct]}" "${FIX[sidecar+redis]}" "${FIX[sidecar-local]}" <<'EOF'
@@ -239,7 +254,13 @@ for n in names:
     print(f"| {n} | {m(lambda r: r[n][0]):.1f} | {m(lambda r: r[n][0] / r['nginx+limit_req'][0]):.2f} | {m(lambda r: r[n][0] / r['bare-fasthttp'][0]):.2f}"
           f" | {m(lambda r: r[n][3] / r['nginx+limit_req'][3]):.2f} | {m(lambda r: r[n][3] / r['bare-fasthttp'][3]):.2f}"
           f" | {max(r[n][2] for r in reps.values()) / 1024:.1f} MiB | {goal.get(n, '')} |")
+if "sidecar+redis+jwt" in names:
+    m = lambda f: median(f(r) for r in reps.values())
+    print(f"\nA rule keyed on a verified JWT's sub vs the same rule keyed on a header: CPU per request "
+          f"{m(lambda r: r['sidecar+redis+jwt'][0] / r['sidecar+redis+header'][0]):.2f}x, req/s "
+          f"{m(lambda r: r['sidecar+redis+jwt'][3] / r['sidecar+redis+header'][3]):.2f}x (medians of the repeats)")
 EOF
+curl -s "http://127.0.0.1:$JWT_M/metrics" | grep '^sluice_jwt_tokens_total' || true
 
 # profile NAME PORT METRICS BINARY: a CPU profile of a sidecar under wrk (8 s), its top entries.
 profile() {

@@ -417,3 +417,23 @@ func freeLoopback(t testing.TB) string {
 	defer l.Close()
 	return l.Addr().String()
 }
+
+// getStatus sends GET url with the header fields and returns the answer's status, its body
+// read and discarded.
+func getStatus(t testing.TB, url string, header map[string]string) int {
+	t.Helper()
+	req, err := http.NewRequest(http.MethodGet, url, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for k, v := range header {
+		req.Header.Set(k, v)
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	_, _ = io.Copy(io.Discard, resp.Body)
+	return resp.StatusCode
+}

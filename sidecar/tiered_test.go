@@ -43,17 +43,7 @@ func TestTieredSampleLimitsRequestsWithoutAPlan(t *testing.T) {
 
 	send := func(header map[string]string) int {
 		t.Helper()
-		req, _ := http.NewRequest("GET", s.URL()+"/checkout", nil)
-		for k, v := range header {
-			req.Header.Set(k, v)
-		}
-		resp, err := http.DefaultClient.Do(req)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer resp.Body.Close()
-		_, _ = io.Copy(io.Discard, resp.Body)
-		return resp.StatusCode
+		return getStatus(t, s.URL()+"/checkout", header)
 	}
 	for i := range 10 {
 		if code := send(nil); code != http.StatusOK {

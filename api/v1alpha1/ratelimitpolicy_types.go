@@ -145,6 +145,8 @@ type DescriptorKey string
 // +kubebuilder:validation:XValidation:rule="!has(self.podSelector) || !has(self.targetRefs)",message="set exactly one of podSelector and targetRefs: each says which pods enforce the policy"
 // +kubebuilder:validation:XValidation:rule="has(self.domain) || self.rules.all(r, !has(r.match) || !has(r.match.descriptors))",message="rules that match descriptors need spec.domain: only Envoy sends descriptors",fieldPath=".domain"
 // +kubebuilder:validation:XValidation:rule="has(self.podSelector) || has(self.targetRefs) || self.rules.all(r, has(r.match) && has(r.match.descriptors))",message="without podSelector or targetRefs every rule must match descriptors (match.descriptors): a rule on HTTP requests needs sidecars",fieldPath=".podSelector"
+// +kubebuilder:validation:XValidation:rule="has(self.jwt) || self.rules.all(r, r.key.all(k, !has(k.jwtClaim)) && (!has(r.match) || !has(r.match.jwt)))",message="a rule that keys on jwtClaim or matches on jwt needs spec.jwt: how to verify the token",fieldPath=".jwt"
+// +kubebuilder:validation:XValidation:rule="!has(self.jwt) || self.rules.exists(r, r.key.exists(k, has(k.jwtClaim)) || (has(r.match) && has(r.match.jwt)))",message="jwt applies only to rules that key on jwtClaim or match on jwt: Sluice verifies a token to count its caller, it never rejects a request for it",fieldPath=".jwt"
 type RateLimitPolicySpec struct {
 	// podSelector selects the pods of this namespace whose injected sidecars enforce this
 	// policy's HTTP rules (those without match.descriptors). An empty selector ({}) selects
@@ -196,6 +198,13 @@ type RateLimitPolicySpec struct {
 	// +optional
 	// +kubebuilder:default={}
 	Response *ResponseSpec `json:"response,omitempty"`
+
+	// jwt says how the sidecars verify the JSON Web Token whose claims the policy's rules key
+	// on (key[].jwtClaim) or match (match.jwt): where the token is, the keys that sign it, the
+	// algorithms, issuer and audiences it must have. Sluice does not reject a request for its
+	// token: a request without a valid one is charged to each rule's "unverified" counter.
+	// +optional
+	JWT *JWTSpec `json:"jwt,omitempty"`
 
 	// rules are the limits of this policy. A request is limited when any enforced rule that
 	// matches it denies it. Rule names are unique within the policy.
@@ -357,6 +366,7 @@ type BodySpec struct {
 // +kubebuilder:validation:XValidation:rule="!has(self.responseCost) || !has(self.lease)",message="lease does not apply with responseCost: leased units are spent in advance, and the cost is known only after the response",fieldPath=".lease"
 // +kubebuilder:validation:XValidation:rule="!has(self.match) || !has(self.match.descriptors) || !has(self.responseCost)",message="a rule that matches descriptors cannot use responseCost: Envoy's rate limit service never sees the response",fieldPath=".responseCost"
 // +kubebuilder:validation:XValidation:rule="!has(self.responseCost) || !has(self.responseCost.minimumCost) || self.responseCost.minimumCost <= (has(self.burst) ? self.burst : self.limit)",message="responseCost.minimumCost must not exceed burst (or limit when burst is unset): such a request could never pass",fieldPath=".responseCost.minimumCost"
+// +kubebuilder:validation:XValidation:rule="!has(self.match) || !has(self.match.descriptors) || (self.key.all(k, !has(k.jwtClaim)) && !has(self.match.jwt))",message="a rule that matches descriptors cannot key on jwtClaim or match on jwt: the RLS server sees Envoy's descriptors, not the request's token; verify it in Envoy (jwt_authn) and send the claim as a descriptor entry",fieldPath=".key"
 type Rule struct {
 	// name identifies the rule in metrics, logs and the 429 body; unique within the policy.
 	// A DNS label: lower-case letters, digits and '-', at most 63 characters.
@@ -602,6 +612,13 @@ type RuleMatch struct {
 	// +kubebuilder:validation:MaxItems=8
 	// +kubebuilder:validation:XValidation:rule="self.all(d, self.filter(e, e.key == d.key).size() == 1)",message="each descriptor key appears once"
 	Descriptors []DescriptorMatch `json:"descriptors,omitempty"`
+
+	// jwt matches requests by their token (spec.jwt): Verified, those whose token verifies;
+	// Unverified, those without a token or whose token fails. A rule for anonymous callers
+	// (Unverified, keyed by clientIP) beside one per user (Verified, keyed by jwtClaim) gives
+	// each its own limit.
+	// +optional
+	JWT JWTMatch `json:"jwt,omitempty"`
 }
 
 // DescriptorMatch is one entry of an Envoy rate limit descriptor.
@@ -663,7 +680,7 @@ type HeaderMatch struct {
 }
 
 // KeyPart is one part of a rule's key. Exactly one source is set.
-// +kubebuilder:validation:XValidation:rule="[has(self.clientIP), has(self.header), has(self.path), has(self.method), has(self.query), has(self.descriptor)].filter(x, x).size() == 1",message="each key part sets exactly one of clientIP, header, path, method, query, descriptor"
+// +kubebuilder:validation:XValidation:rule="[has(self.clientIP), has(self.header), has(self.path), has(self.method), has(self.query), has(self.descriptor), has(self.jwtClaim)].filter(x, x).size() == 1",message="each key part sets exactly one of clientIP, header, path, method, query, descriptor, jwtClaim"
 type KeyPart struct {
 	// clientIP keys by the client's address: the TCP peer, or, when the peer is one of
 	// trustedProxies, the right-most untrusted address of X-Forwarded-For.
@@ -690,6 +707,13 @@ type KeyPart struct {
 	// key must be one of the rule's match.descriptors.
 	// +optional
 	Descriptor *DescriptorKeyPart `json:"descriptor,omitempty"`
+
+	// jwtClaim keys by a claim of the request's JSON Web Token, once the token is verified
+	// as spec.jwt says. A request without a token, or whose token fails verification, is
+	// charged to the rule's one shared "unverified" counter, whatever the token claims. HTTP
+	// rules only.
+	// +optional
+	JWTClaim *JWTClaimKey `json:"jwtClaim,omitempty"`
 }
 
 // DescriptorKeyPart names a descriptor entry.

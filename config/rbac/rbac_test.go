@@ -30,6 +30,9 @@ import (
 //   - events: Rendered/Invalid/... events on policies.
 //   - ratelimitpolicies: read; their status: patch.
 //   - secrets (Role, the manager's namespace): the webhook certificate; update only its own.
+//   - secrets (ClusterRole): the key sets (JWKS) policies name in spec.jwt.jwks.secretRef, in
+//     their own namespaces; read only. The manager's cache lists and holds only the Secrets
+//     labelled sluice.dev/jwks: "true", and renders only their public keys.
 var granted = []string{
 	"ClusterRole . configmaps create",
 	"ClusterRole . configmaps delete",
@@ -40,6 +43,9 @@ var granted = []string{
 	"ClusterRole . pods get",
 	"ClusterRole . pods list",
 	"ClusterRole . pods watch",
+	"ClusterRole . secrets get",
+	"ClusterRole . secrets list",
+	"ClusterRole . secrets watch",
 	"ClusterRole . services get",
 	"ClusterRole . services list",
 	"ClusterRole . services watch",

@@ -26,10 +26,12 @@ func NewScheme() *runtime.Scheme {
 }
 
 // CacheOptions limits the manager's cache to what the controller reads: ConfigMaps only when
-// they carry ManagedByLabel, so a cluster's other ConfigMaps are neither listed nor held.
+// they carry ManagedByLabel, Secrets only when they carry v1alpha1.JWKSSecretLabel, so a
+// cluster's other ConfigMaps and Secrets are neither listed nor held.
 func CacheOptions() cache.Options {
 	return cache.Options{ByObject: map[client.Object]cache.ByObject{
 		&corev1.ConfigMap{}: {Label: labels.SelectorFromSet(labels.Set{ManagedByLabel: ManagedByValue})},
+		&corev1.Secret{}:    {Label: labels.SelectorFromSet(labels.Set{v1alpha1.JWKSSecretLabel: "true"})},
 	}}
 }
 

@@ -72,6 +72,7 @@ type RateLimitPolicyReconciler struct {
 // +kubebuilder:rbac:groups="",resources=configmaps,verbs=get;list;watch;create;update;delete
 // +kubebuilder:rbac:groups="",resources=pods,verbs=get;list;watch
 // +kubebuilder:rbac:groups="",resources=services,verbs=get;list;watch
+// +kubebuilder:rbac:groups="",resources=secrets,verbs=get;list;watch
 // +kubebuilder:rbac:groups=gateway.networking.k8s.io,resources=httproutes,verbs=get;list;watch
 // +kubebuilder:rbac:groups=events.k8s.io,resources=events,verbs=create;patch
 
@@ -105,7 +106,11 @@ func (r *RateLimitPolicyReconciler) Reconcile(ctx context.Context, req ctrl.Requ
 	if len(list.Items) == 0 {
 		r.fitter.Forget(ns) // bounded by the namespaces that have policies
 	}
-	view := namespaceView{podSet(pods.Items), newTargetView(services.Items, routes.Items, routesErr)}
+	keySets, err := newKeySetView(ctx, r.Client, ns, list.Items)
+	if err != nil {
+		return ctrl.Result{}, err
+	}
+	view := namespaceView{podSet(pods.Items), newTargetView(services.Items, routes.Items, routesErr), keySets}
 	doc, payload, verdicts, err := r.fitter.BuildFit(ns, list.Items, view, r.MaxBytes)
 	if err != nil {
 		return ctrl.Result{}, err
@@ -263,6 +268,7 @@ func (r *RateLimitPolicyReconciler) updateStatus(ctx context.Context, p *v1alpha
 		st.ConfigMap = policy.ConfigMapName
 	}
 	setTargetStatus(p, v, rt.targets, set, now)
+	setKeySetStatus(p, v, set)
 	setBypassStatus(p, rt, set)
 	if equalStatus(before.Status, p.Status) {
 		return nil
@@ -458,7 +464,8 @@ func (r *RateLimitPolicyReconciler) SetupWithManager(mgr ctrl.Manager) error {
 		Watches(&v1alpha1.RateLimitPolicy{}, toNamespace, builder.WithPredicates(predicate.Funcs{UpdateFunc: policyUpdateMatters})).
 		Watches(&corev1.Pod{}, toNamespace, builder.WithPredicates(predicate.Funcs{UpdateFunc: podUpdateMatters})).
 		Watches(&corev1.ConfigMap{}, toNamespace, builder.WithPredicates(rendered)).
-		Watches(&corev1.Service{}, toNamespace)
+		Watches(&corev1.Service{}, toNamespace).
+		Watches(&corev1.Secret{}, toNamespace, builder.WithPredicates(predicate.NewPredicateFuncs(jwksSecret)))
 	// HTTPRoutes are watched when Gateway API's CRDs are installed as the manager starts;
 	// otherwise a policy targeting one says the kind is unknown.
 	if _, err := mgr.GetRESTMapper().RESTMapping(httpRouteGVK.GroupKind(), httpRouteGVK.Version); err == nil {

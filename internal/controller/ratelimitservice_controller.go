@@ -68,7 +68,7 @@ func (r *RateLimitServiceReconciler) Reconcile(ctx context.Context, _ ctrl.Reque
 		if p.Spec.Domain == "" || !p.DeletionTimestamp.IsZero() {
 			continue
 		}
-		compiled, err := render.Compile(p)
+		compiled, err := render.Compile(withoutTokens(p))
 		if err != nil {
 			continue
 		}
@@ -131,4 +131,19 @@ func (r *RateLimitServiceReconciler) SetupWithManager(mgr ctrl.Manager) error {
 // in namespace (the manager's).
 func SetupRateLimitService(mgr ctrl.Manager, namespace string) error {
 	return (&RateLimitServiceReconciler{Client: mgr.GetClient(), Namespace: namespace}).SetupWithManager(mgr)
+}
+
+// withoutTokens returns p without spec.jwt and the rules that read a token (HTTP rules all):
+// the RLS server never sees one, and the key set of a Secret, which only the namespace's
+// render reads, must not keep the policy's descriptor rules from the RLS server.
+func withoutTokens(p *v1alpha1.RateLimitPolicy) *v1alpha1.RateLimitPolicy {
+	if p.Spec.JWT == nil {
+		return p
+	}
+	q := p.DeepCopy()
+	q.Spec.JWT = nil
+	q.Spec.Rules = slices.DeleteFunc(q.Spec.Rules, func(r v1alpha1.Rule) bool {
+		return (r.Match != nil && r.Match.JWT != "") || slices.ContainsFunc(r.Key, func(k v1alpha1.KeyPart) bool { return k.JWTClaim != nil })
+	})
+	return q
 }

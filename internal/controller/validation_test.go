@@ -112,6 +112,21 @@ func lease(maxAge string, maxUnits ...int64) func(*v1alpha1.RateLimitPolicy) {
 	})
 }
 
+// perUser makes the first rule key on the verified token's sub, its key set fetched from an
+// https URL.
+func perUser(p *v1alpha1.RateLimitPolicy) {
+	p.Spec.JWT = &v1alpha1.JWTSpec{JWKS: v1alpha1.JWKSSource{URL: "https://idp.example.com/.well-known/jwks.json"}}
+	rule0(func(r *v1alpha1.Rule) { r.Key = []v1alpha1.KeyPart{{JWTClaim: &v1alpha1.JWTClaimKey{Claim: "sub"}}} })(p)
+}
+
+// withJWT changes perUser's spec.jwt.
+func withJWT(f func(j *v1alpha1.JWTSpec)) func(*v1alpha1.RateLimitPolicy) {
+	return func(p *v1alpha1.RateLimitPolicy) {
+		perUser(p)
+		f(p.Spec.JWT)
+	}
+}
+
 var _ = Describe("RateLimitPolicy validation", func() {
 	var ns string
 	BeforeEach(func(ctx context.Context) { ns = newNamespace(ctx) })
@@ -183,6 +198,56 @@ var _ = Describe("RateLimitPolicy validation", func() {
 		Entry("key part with two sources", rule0(func(r *v1alpha1.Rule) {
 			r.Key[0].Path = &v1alpha1.PathKey{}
 		}), "spec.rules[0].key[0]", "each key part sets exactly one of clientIP, header, path, method, query"),
+		Entry("key part with a claim and a header", func(p *v1alpha1.RateLimitPolicy) {
+			perUser(p)
+			rule0(func(r *v1alpha1.Rule) { r.Key[0].Header = &v1alpha1.HeaderKey{Name: "X-User"} })(p)
+		}, "spec.rules[0].key[0]", "each key part sets exactly one of clientIP, header, path, method, query, descriptor, jwtClaim"),
+		Entry("a claim key without spec.jwt", func(p *v1alpha1.RateLimitPolicy) {
+			perUser(p)
+			p.Spec.JWT = nil
+		}, "spec.jwt", "a rule that keys on jwtClaim or matches on jwt needs spec.jwt"),
+		Entry("a token match without spec.jwt", rule0(func(r *v1alpha1.Rule) { r.Match = &v1alpha1.RuleMatch{JWT: v1alpha1.JWTUnverified} }),
+			"spec.jwt", "a rule that keys on jwtClaim or matches on jwt needs spec.jwt"),
+		Entry("spec.jwt that no rule reads", func(p *v1alpha1.RateLimitPolicy) {
+			p.Spec.JWT = &v1alpha1.JWTSpec{JWKS: v1alpha1.JWKSSource{URL: "https://idp.example.com/jwks"}}
+		}, "spec.jwt", "jwt applies only to rules that key on jwtClaim or match on jwt"),
+		Entry("a key set from a Secret and a URL", withJWT(func(j *v1alpha1.JWTSpec) { j.JWKS.SecretRef = &v1alpha1.JWKSSecretRef{Name: "idp"} }),
+			"spec.jwt.jwks", "set exactly one of secretRef and url"),
+		Entry("a key set from nowhere", withJWT(func(j *v1alpha1.JWTSpec) { j.JWKS.URL = "" }),
+			"spec.jwt.jwks", "set exactly one of secretRef and url"),
+		Entry("a key set over plain http", withJWT(func(j *v1alpha1.JWTSpec) { j.JWKS.URL = "http://idp.example.com/jwks" }),
+			"spec.jwt.jwks.url", "must be an https URL"),
+		Entry("a key set URL that is no URL", withJWT(func(j *v1alpha1.JWTSpec) { j.JWKS.URL = "idp.example.com/jwks" }),
+			"spec.jwt.jwks.url", "must be an https URL"),
+		Entry("a key set Secret that is no name", withJWT(func(j *v1alpha1.JWTSpec) {
+			j.JWKS = v1alpha1.JWKSSource{SecretRef: &v1alpha1.JWKSSecretRef{Name: "IdP_Keys"}}
+		}), "spec.jwt.jwks.secretRef.name", "must be a Secret name"),
+		Entry("a key set Secret key that is no key", withJWT(func(j *v1alpha1.JWTSpec) {
+			j.JWKS = v1alpha1.JWKSSource{SecretRef: &v1alpha1.JWKSSecretRef{Name: "idp", Key: "keys/jwks.json"}}
+		}), "spec.jwt.jwks.secretRef.key", "must be a Secret key"),
+		Entry("HS256", withJWT(func(j *v1alpha1.JWTSpec) { j.Algorithms = []v1alpha1.JWTAlgorithm{"RS256", "HS256"} }),
+			"spec.jwt.algorithms[1]", `Unsupported value: "HS256"`),
+		Entry("alg none", withJWT(func(j *v1alpha1.JWTSpec) { j.Algorithms = []v1alpha1.JWTAlgorithm{"none"} }),
+			"spec.jwt.algorithms[0]", `Unsupported value: "none"`),
+		Entry("an empty audience", withJWT(func(j *v1alpha1.JWTSpec) { j.Audiences = []string{""} }),
+			"spec.jwt.audiences[0]", "at least 1 chars long"),
+		Entry("a claim path with an empty segment", func(p *v1alpha1.RateLimitPolicy) {
+			perUser(p)
+			rule0(func(r *v1alpha1.Rule) { r.Key[0].JWTClaim.Claim = "org..id" })(p)
+		}, "spec.rules[0].key[0].jwtClaim.claim", "must be a claim name or a dotted path"),
+		Entry("a token match that is neither", func(p *v1alpha1.RateLimitPolicy) {
+			perUser(p)
+			rule0(func(r *v1alpha1.Rule) { r.Match = &v1alpha1.RuleMatch{JWT: "Maybe"} })(p)
+		}, "spec.rules[0].match.jwt", `Unsupported value: "Maybe"`),
+		Entry("a descriptor rule keyed on a claim", func(p *v1alpha1.RateLimitPolicy) {
+			descriptorRule(p)
+			perUser(p)
+		}, "spec.rules[0].key", "a rule that matches descriptors cannot key on jwtClaim or match on jwt"),
+		Entry("a descriptor rule matching on the token", func(p *v1alpha1.RateLimitPolicy) {
+			descriptorRule(p)
+			p.Spec.JWT = &v1alpha1.JWTSpec{JWKS: v1alpha1.JWKSSource{URL: "https://idp.example.com/jwks"}}
+			rule0(func(r *v1alpha1.Rule) { r.Match.JWT = v1alpha1.JWTVerified })(p)
+		}, "spec.rules[0].key", "a rule that matches descriptors cannot key on jwtClaim or match on jwt"),
 		Entry("key part with no source", rule0(func(r *v1alpha1.Rule) { r.Key[0] = v1alpha1.KeyPart{} }),
 			"spec.rules[0].key[0]", "exactly one of"),
 		Entry("too many key parts", rule0(func(r *v1alpha1.Rule) {
@@ -513,6 +578,17 @@ var _ = Describe("RateLimitPolicy validation", func() {
 				r.CostHeader = "X-Cost"
 				r.Mode = v1alpha1.Shadow
 			})(p)
+		}),
+		Entry("a limit per verified user, keys from a URL", perUser),
+		Entry("per verified user and org from a Secret's keys, anonymous callers per client", func(p *v1alpha1.RateLimitPolicy) {
+			p.Spec.JWT = &v1alpha1.JWTSpec{Header: "X-Id-Token", JWKS: v1alpha1.JWKSSource{SecretRef: &v1alpha1.JWKSSecretRef{Name: "idp.keys"}},
+				Algorithms: []v1alpha1.JWTAlgorithm{"RS256", "ES256", "EdDSA"}, Issuer: "https://idp.example.com", Audiences: []string{"api", "web"}}
+			rule0(func(r *v1alpha1.Rule) {
+				r.Key = []v1alpha1.KeyPart{{JWTClaim: &v1alpha1.JWTClaimKey{Claim: "org.id"}}, {JWTClaim: &v1alpha1.JWTClaimKey{Claim: "https://example.com/user"}}}
+				r.Match = &v1alpha1.RuleMatch{JWT: v1alpha1.JWTVerified}
+			})(p)
+			p.Spec.Rules = append(p.Spec.Rules, v1alpha1.Rule{Name: "anonymous", Match: &v1alpha1.RuleMatch{JWT: v1alpha1.JWTUnverified},
+				Key: []v1alpha1.KeyPart{{ClientIP: &v1alpha1.ClientIPKey{}}}, Algorithm: v1alpha1.FixedWindow, Limit: 10, Window: "1m"})
 		}),
 		Entry("a Service target", targets(v1alpha1.TargetRef{Kind: "Service", Name: "web", SectionName: "http"})),
 		Entry("HTTPRoute targets, one a rule of a route", targets(

@@ -76,6 +76,9 @@ type Policy struct {
 	TrustedProxies []string    `json:"trustedProxies,omitempty"`
 	Response       Response    `json:"response"`
 	Rules          []Rule      `json:"rules"`
+	// JWT, when set, is how the policy verifies the tokens its rules key on (SourceJWTClaim)
+	// or match (Match.JWT).
+	JWT *JWT `json:"jwt,omitempty"`
 }
 
 // Share is the share of total held by the pod of rank 0 <= rank < n among n pods:
@@ -355,6 +358,9 @@ type Match struct {
 	// Routes, when not empty, are the matches of the Gateway API HTTPRoute rules a policy is
 	// attached to: a request must also satisfy at least one of them.
 	Routes []RouteMatch `json:"routes,omitempty"`
+	// JWT, when set, is JWTVerified (the request's token verifies under the policy's JWT) or
+	// JWTUnverified (it has none, or it fails).
+	JWT string `json:"jwt,omitempty"`
 }
 
 // RouteMatch is one match of an HTTPRoute rule: a request satisfies it when it meets every

@@ -68,6 +68,9 @@ func (p Policy) Validate() error {
 	if len(p.Rules) == 0 {
 		return errors.New("no rules")
 	}
+	if err := p.validateJWT(); err != nil {
+		return err
+	}
 	for _, r := range p.Rules {
 		if err := errors.Join(r.validate(), r.Match.validate(), r.validateHeaders()); err != nil {
 			return fmt.Errorf("rule %s: %w", r.Name, err)
@@ -186,7 +189,7 @@ func (r Rule) validateKey() error {
 		}
 		switch k.Source {
 		case SourceClientIP, SourcePath, SourceMethod:
-		case SourceHeader, SourceQuery:
+		case SourceHeader, SourceQuery, SourceJWTClaim:
 			if k.Name == "" {
 				return fmt.Errorf("key part %s without a name", k.Source)
 			}
@@ -216,6 +219,11 @@ func (m *Match) validate() error {
 		if len(d.NotIn) > 0 && d.Value != "" && !strings.HasSuffix(d.Value, "*") {
 			return fmt.Errorf("descriptor entry %s sets notIn beside an exact value", d.Key)
 		}
+	}
+	switch m.JWT {
+	case "", JWTVerified, JWTUnverified:
+	default:
+		return fmt.Errorf("match.jwt %q is not %s or %s", m.JWT, JWTVerified, JWTUnverified)
 	}
 	for i, r := range m.Routes {
 		if r.PathExact != "" && r.PathPrefix != "" {

@@ -34,10 +34,19 @@ import (
 // A policy with spec.targetRefs compiles without pods (its Domain's rules only): only the
 // controller knows what its targets resolve to, and passes that to Build (Targets).
 func Compile(p *v1alpha1.RateLimitPolicy) (policy.Policy, error) {
-	if len(p.Spec.TargetRefs) > 0 && p.Spec.Domain == "" {
-		return policy.Policy{}, fmt.Errorf("spec.targetRefs: the controller resolves targets against the cluster; rendered offline, this policy has no pods")
+	if err := offlineTargets(p); err != nil {
+		return policy.Policy{}, err
 	}
-	return compile(p, nil)
+	out, _, err := compile(p, nil, nil)
+	return out, err
+}
+
+// offlineTargets is why p cannot be rendered without the controller's view of its targets.
+func offlineTargets(p *v1alpha1.RateLimitPolicy) error {
+	if len(p.Spec.TargetRefs) > 0 && p.Spec.Domain == "" {
+		return fmt.Errorf("spec.targetRefs: the controller resolves targets against the cluster; rendered offline, this policy has no pods")
+	}
+	return nil
 }
 
 // Target is what a policy's spec.targetRefs resolved to: the selector of its targets' pods
@@ -54,12 +63,15 @@ type Targets interface {
 	Target(p *v1alpha1.RateLimitPolicy) (Target, error)
 }
 
-func compile(p *v1alpha1.RateLimitPolicy, t *Target) (policy.Policy, error) {
+// compile compiles p, its targets resolved to t (nil: podSelector), its key set Secret read
+// from ks (nil: offline, none can be read). keysErr is why the Secret gave no key set, the
+// policy then compiling with the keys ks said to keep.
+func compile(p *v1alpha1.RateLimitPolicy, t *Target, ks KeySets) (out policy.Policy, keysErr, err error) {
 	sel := p.Spec.PodSelector.DeepCopy()
 	if t != nil {
 		sel = t.Selector.DeepCopy()
 	}
-	out := policy.Policy{
+	out = policy.Policy{
 		Name:        p.Name,
 		Domain:      p.Spec.Domain,
 		Selector:    sel,
@@ -67,7 +79,10 @@ func compile(p *v1alpha1.RateLimitPolicy, t *Target) (policy.Policy, error) {
 		Response:    policy.Response{StatusCode: 429, Headers: policy.HeaderStyle(v1alpha1.HeadersBoth)},
 	}
 	if _, err := metav1.LabelSelectorAsSelector(out.Selector); err != nil {
-		return policy.Policy{}, fmt.Errorf("spec.podSelector: %w", err)
+		return policy.Policy{}, nil, fmt.Errorf("spec.podSelector: %w", err)
+	}
+	if out.JWT, keysErr, err = compileJWT(p, ks); err != nil {
+		return policy.Policy{}, nil, err
 	}
 	for _, c := range p.Spec.TrustedProxies {
 		out.TrustedProxies = append(out.TrustedProxies, string(c))
@@ -89,7 +104,7 @@ func compile(p *v1alpha1.RateLimitPolicy, t *Target) (policy.Policy, error) {
 	for i, r := range p.Spec.Rules {
 		rule, err := compileRule(r)
 		if err != nil {
-			return policy.Policy{}, fmt.Errorf("spec.rules[%d] (%s): %w", i, r.Name, err)
+			return policy.Policy{}, nil, fmt.Errorf("spec.rules[%d] (%s): %w", i, r.Name, err)
 		}
 		if t != nil && len(t.Routes) > 0 && !rule.Descriptor() {
 			if rule.Match == nil {
@@ -101,9 +116,9 @@ func compile(p *v1alpha1.RateLimitPolicy, t *Target) (policy.Policy, error) {
 	}
 	slices.SortFunc(out.Rules, func(a, b policy.Rule) int { return strings.Compare(a.Name, b.Name) })
 	if err := out.Validate(); err != nil {
-		return policy.Policy{}, err
+		return policy.Policy{}, nil, err
 	}
-	return out, nil
+	return out, keysErr, nil
 }
 
 // windowOf is r's windowMs: its window, or a Concurrency rule's holdings' expiry.
@@ -187,8 +202,8 @@ func compileRule(r v1alpha1.Rule) (policy.Rule, error) {
 	if rc := r.ResponseCost; rc != nil {
 		out.ResponseCost, out.Cost = compileResponseCost(rc)
 	}
-	if m := r.Match; m != nil && (m.PathPrefix != "" || len(m.Methods) > 0 || len(m.Headers) > 0 || len(m.Descriptors) > 0) {
-		out.Match = &policy.Match{PathPrefix: m.PathPrefix}
+	if m := r.Match; m != nil && (m.PathPrefix != "" || len(m.Methods) > 0 || len(m.Headers) > 0 || len(m.Descriptors) > 0 || m.JWT != "") {
+		out.Match = &policy.Match{PathPrefix: m.PathPrefix, JWT: string(m.JWT)}
 		for _, method := range m.Methods {
 			out.Match.Methods = append(out.Match.Methods, string(method))
 		}
@@ -260,8 +275,11 @@ func compileKeyPart(k v1alpha1.KeyPart) (policy.KeyPart, error) {
 	if k.Descriptor != nil {
 		parts = append(parts, policy.KeyPart{Source: policy.SourceDescriptor, Name: string(k.Descriptor.Key)})
 	}
+	if k.JWTClaim != nil {
+		parts = append(parts, policy.KeyPart{Source: policy.SourceJWTClaim, Name: k.JWTClaim.Claim})
+	}
 	if len(parts) != 1 {
-		return policy.KeyPart{}, fmt.Errorf("sets %d sources; exactly one of clientIP, header, path, method, query, descriptor is allowed", len(parts))
+		return policy.KeyPart{}, fmt.Errorf("sets %d sources; exactly one of clientIP, header, path, method, query, descriptor, jwtClaim is allowed", len(parts))
 	}
 	return parts[0], nil
 }
@@ -332,6 +350,9 @@ type Verdict struct {
 	TooLarge bool
 	// MatchedPods is the number of ready pods the policy selects.
 	MatchedPods int32
+	// KeysErr, for a rendered policy whose key set comes from a Secret, is why the Secret gave
+	// no usable key set: the policy was rendered with the keys the KeySets said to keep.
+	KeysErr error
 }
 
 // Build renders the policies of one namespace. Policies are considered oldest first (then by
@@ -354,18 +375,23 @@ func Build(namespace string, policies []v1alpha1.RateLimitPolicy, pods Pods) (*p
 		}
 		var (
 			compiled policy.Policy
+			keysErr  error
 			err      error
 		)
+		var t *Target
 		if ts, ok := pods.(Targets); ok && len(p.Spec.TargetRefs) > 0 {
-			var t Target
-			if t, err = ts.Target(p); err != nil {
+			resolved, err := ts.Target(p)
+			if err != nil {
 				verdicts[p.Name] = Verdict{Err: err, Unresolved: true}
 				continue
 			}
-			compiled, err = compile(p, &t)
-		} else {
-			compiled, err = Compile(p)
+			t = &resolved
+		} else if err := offlineTargets(p); err != nil {
+			verdicts[p.Name] = Verdict{Err: err}
+			continue
 		}
+		ks, _ := pods.(KeySets)
+		compiled, keysErr, err = compile(p, t, ks)
 		if err != nil {
 			verdicts[p.Name] = Verdict{Err: err}
 			continue
@@ -379,7 +405,7 @@ func Build(namespace string, policies []v1alpha1.RateLimitPolicy, pods Pods) (*p
 		} else {
 			compiled.Pods = []string{} // no pod enforces it: the RLS document sets its own
 		}
-		v := Verdict{MatchedPods: compiled.Replicas}
+		v := Verdict{MatchedPods: compiled.Replicas, KeysErr: keysErr}
 		for _, k := range kept {
 			// A policy without a selector runs in no sidecar; its descriptor rules' counters
 			// are the policy's own, so a shared rule name is no conflict.

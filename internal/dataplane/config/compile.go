@@ -165,12 +165,17 @@ func Compile(doc *policy.Document, labels map[string]string, m *metrics.Metrics)
 // named podName (its rank in each policy's Pods gives its local shares; empty when the pod's
 // name is not known). m provides the metric handles.
 func CompileFor(doc *policy.Document, labels map[string]string, podName string, m *metrics.Metrics) (*Config, error) {
+	return compileFor(doc, labels, podName, m, &Verifiers{})
+}
+
+// compileFor is CompileFor taking the token verifiers of policies with jwt from vs.
+func compileFor(doc *policy.Document, labels map[string]string, podName string, m *metrics.Metrics, vs *Verifiers) (*Config, error) {
 	c := &Config{Present: true, Namespace: doc.Namespace, Labels: labels}
 	for _, p := range doc.Policies {
 		if !p.Selects(labels) {
 			continue
 		}
-		cp, err := compilePolicy(p, podName, m)
+		cp, err := compilePolicyRules(p, podName, m, false, vs)
 		if err != nil {
 			return nil, fmt.Errorf("policy %s: %w", p.Name, err)
 		}
@@ -187,7 +192,7 @@ func CompileDomains(doc *policy.Document, podName string, m *metrics.Metrics) (*
 		if p.Domain == "" {
 			continue
 		}
-		cp, err := compilePolicyRules(p, podName, m, true)
+		cp, err := compilePolicyRules(p, podName, m, true, nil)
 		if err != nil {
 			return nil, fmt.Errorf("policy %s: %w", p.Name, err)
 		}
@@ -196,15 +201,18 @@ func CompileDomains(doc *policy.Document, podName string, m *metrics.Metrics) (*
 	return c, nil
 }
 
-func compilePolicy(p policy.Policy, podName string, m *metrics.Metrics) (*Policy, error) {
-	return compilePolicyRules(p, podName, m, false)
-}
-
-// compilePolicyRules compiles p with its descriptor rules (descriptors) or its HTTP rules.
-func compilePolicyRules(p policy.Policy, podName string, m *metrics.Metrics, descriptors bool) (*Policy, error) {
+// compilePolicyRules compiles p with its descriptor rules (descriptors) or its HTTP rules, the
+// latter with its token verifier from vs when it has jwt.
+func compilePolicyRules(p policy.Policy, podName string, m *metrics.Metrics, descriptors bool, vs *Verifiers) (*Policy, error) {
 	trusted, err := keys.ParseTrusted(p.TrustedProxies)
 	if err != nil {
 		return nil, fmt.Errorf("trustedProxies: %w", err)
+	}
+	var jwt *keys.JWT
+	if p.JWT != nil && !descriptors {
+		if jwt, err = vs.get(p.Name, p.JWT, m); err != nil {
+			return nil, err
+		}
 	}
 	cp := &Policy{
 		Name:         p.Name,
@@ -255,8 +263,8 @@ func compilePolicyRules(p policy.Policy, podName string, m *metrics.Metrics, des
 			Lease:        lp,
 			Policy:       cp,
 			Name:         r.Name,
-			Match:        keys.CompileMatch(r.Match),
-			Key:          keys.CompileKey(p.Name, r.Name, r.Key, trusted),
+			Match:        keys.CompileMatch(r.Match).WithJWT(jwt),
+			Key:          keys.CompileKey(p.Name, r.Name, r.Key, trusted).WithJWT(jwt),
 			Limit:        lim,
 			Local:        local,
 			ZeroShare:    zero,

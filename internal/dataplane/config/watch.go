@@ -53,6 +53,8 @@ type Loader struct {
 	Clock   clock.WithTicker
 	Metrics *metrics.Metrics
 	Log     *slog.Logger
+	// Verifiers keeps the policies' token verifiers across reloads; its Options are theirs.
+	Verifiers Verifiers
 
 	current atomic.Pointer[Config]
 	ready   atomic.Bool
@@ -130,6 +132,7 @@ func (l *Loader) load() error {
 		return err
 	}
 	l.failed = ""
+	l.Verifiers.retain(next)
 	l.gen++
 	next.Generation, next.hash = l.gen, hash
 	l.current.Store(next)
@@ -176,7 +179,10 @@ func (l *Loader) compile(present bool, data, compressed, labelData []byte) (*Con
 	if l.Domains {
 		return CompileDomains(doc, l.PodName, l.Metrics)
 	}
-	return CompileFor(doc, labels, l.PodName, l.Metrics)
+	if l.Verifiers.Options.Log == nil {
+		l.Verifiers.Options.Log = l.Log
+	}
+	return compileFor(doc, labels, l.PodName, l.Metrics, &l.Verifiers)
 }
 
 func inputHash(present bool, data, compressed, labelData []byte, labels map[string]string, podName string) string {

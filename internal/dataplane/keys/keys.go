@@ -137,14 +137,24 @@ type Match struct {
 	methods    []string
 	headers    []policy.HeaderMatch
 	routes     []policy.RouteMatch
+	// jwt is policy.JWTVerified or JWTUnverified, judged by verifier; "" for no condition.
+	jwt      string
+	verifier *JWT
 }
 
-// CompileMatch compiles m; nil matches every request.
+// CompileMatch compiles m; nil matches every request. A condition on the token (m.JWT) judges
+// every request unverified until WithJWT gives the policy's verifier.
 func CompileMatch(m *policy.Match) Match {
 	if m == nil {
 		return Match{}
 	}
-	return Match{pathPrefix: m.PathPrefix, methods: m.Methods, headers: m.Headers, routes: m.Routes}
+	return Match{pathPrefix: m.PathPrefix, methods: m.Methods, headers: m.Headers, routes: m.Routes, jwt: m.JWT}
+}
+
+// WithJWT returns m judging its condition on the token with j, its policy's verifier.
+func (m Match) WithJWT(j *JWT) Match {
+	m.verifier = j
+	return m
 }
 
 // Matches reports whether r satisfies every condition.
@@ -186,7 +196,11 @@ func (m *Match) MatchesRequest(req *Request) bool {
 			return false
 		}
 	}
-	return len(m.routes) == 0 || slices.ContainsFunc(m.routes, func(r policy.RouteMatch) bool { return routeMatches(&r, req) })
+	if len(m.routes) > 0 && !slices.ContainsFunc(m.routes, func(r policy.RouteMatch) bool { return routeMatches(&r, req) }) {
+		return false
+	}
+	// Last: the only condition that may verify a token.
+	return m.jwt == "" || (m.jwt == policy.JWTVerified) == (req.Identity(m.verifier) != nil)
 }
 
 // routeMatches reports whether req meets every condition of one HTTPRoute match.
@@ -245,6 +259,24 @@ type Request struct {
 	RemoteAddr string
 	peer       netip.Addr
 	peerOK     bool
+	// identity is the request's token verified by jwtFor (nil: it has none, or it failed),
+	// when identified is set, so that the rules of one policy verify it once.
+	jwtFor     *JWT
+	identity   *Identity
+	identified bool
+}
+
+// Identity returns the request's token verified by j, nil when it carries none, its token
+// fails, or j is nil. The outcome is remembered for the next call with the same j.
+func (r *Request) Identity(j *JWT) *Identity {
+	if r.identified && r.jwtFor == j {
+		return r.identity
+	}
+	if j == nil {
+		return nil
+	}
+	r.jwtFor, r.identity, r.identified = j, j.Identify(r.Header), true
+	return r.identity
 }
 
 // NewRequest wraps r.
@@ -272,11 +304,18 @@ func (r *Request) SetPeer(a netip.Addr) {
 // contain. A value longer than MaxPartLen is written as #<32 hex digits of its SHA-256>
 // instead (the '#' cannot start a length). When a header or query parameter the key needs is
 // absent or empty, the key is the rule's one shared "missing" key, <prefix>?, which is limited
-// like any other: leaving a header out is not a way around the limit.
+// like any other: leaving a header out is not a way around the limit. When the key reads a
+// token's claim (policy.SourceJWTClaim) and the request has no token its policy's verifier
+// (WithJWT) verifies, the key is the rule's one shared "unverified" key, <prefix>!, whatever
+// the token claims: no caller picks another's counter by forging a token.
 type Key struct {
 	prefix  string
 	parts   []policy.KeyPart
 	trusted Trusted
+	// jwt verifies the token of the jwtClaim parts (claims); nil leaves every request
+	// unverified.
+	jwt    *JWT
+	claims bool
 }
 
 // CompileKey compiles the key of rule in policyName, with the policy's trusted proxies.
@@ -284,18 +323,41 @@ func CompileKey(policyName, rule string, parts []policy.KeyPart, trusted Trusted
 	var b []byte
 	b = appendPart(b, policyName)
 	b = appendPart(b, rule)
-	return Key{prefix: string(b), parts: parts, trusted: trusted}
+	claims := slices.ContainsFunc(parts, func(p policy.KeyPart) bool { return p.Source == policy.SourceJWTClaim })
+	return Key{prefix: string(b), parts: parts, trusted: trusted, claims: claims}
+}
+
+// WithJWT returns k reading its jwtClaim parts from tokens j verifies, its policy's verifier.
+func (k Key) WithJWT(j *JWT) Key {
+	k.jwt = j
+	return k
 }
 
 // Missing is the rule's shared key for requests lacking a part.
 func (k *Key) Missing() string { return k.prefix + "?" }
 
+// Unverified is the rule's shared key for requests whose token does not verify (or that carry
+// none), when the key reads a claim.
+func (k *Key) Unverified() string { return k.prefix + "!" }
+
 // Append appends the key of req to dst and returns it.
 func (k *Key) Append(dst []byte, req *Request) []byte {
 	start := len(dst)
+	var id *Identity
+	if k.claims {
+		if id = req.Identity(k.jwt); id == nil {
+			return append(dst, k.Unverified()...)
+		}
+	}
 	dst = append(dst, k.prefix...)
 	for _, p := range k.parts {
 		switch p.Source {
+		case policy.SourceJWTClaim:
+			v, ok := id.Claim(p.Name)
+			if !ok || v == "" {
+				return append(dst[:start], k.Missing()...)
+			}
+			dst = appendPart(dst, v)
 		case policy.SourceClientIP:
 			if !req.peerOK {
 				dst = appendPart(dst, req.RemoteAddr)
@@ -358,13 +420,18 @@ func (k *Key) Parts() int { return len(k.parts) }
 // (a client address, a header's or query parameter's value, a path, a method): the request is
 // built and keyed by Append, the sidecar's own code, so the two cannot disagree. A client
 // address that is not an IP address is keyed verbatim, like a peer that is not one; an empty
-// header or query value gives the rule's Missing key.
+// header or query value gives the rule's Missing key. A claim's value (policy.SourceJWTClaim)
+// is taken as a verified token's.
 func (k *Key) FromValues(values []string) (string, error) {
 	if len(values) != len(k.parts) {
 		return "", fmt.Errorf("the key has %d parts, %d values given", len(k.parts), len(values))
 	}
 	req := Request{Header: HTTPHeader{}}
 	query := url.Values{}
+	if k.claims {
+		// A token verified by the key's verifier, carrying the values as its claims.
+		req.jwtFor, req.identity, req.identified = k.jwt, &Identity{claims: map[string]any{}}, true
+	}
 	for i, p := range k.parts {
 		v := values[i] //nolint:gosec // len(values) == len(k.parts), checked above
 		switch p.Source {
@@ -382,6 +449,8 @@ func (k *Key) FromValues(values []string) (string, error) {
 			req.Path = v
 		case policy.SourceMethod:
 			req.Method = v
+		case policy.SourceJWTClaim:
+			req.identity.claims[p.Name] = v
 		}
 	}
 	req.RawQuery = query.Encode()

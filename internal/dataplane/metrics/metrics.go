@@ -24,7 +24,10 @@ const (
 )
 
 // policyRuleLabels label the series of one rule's own: its policy and its name.
-var policyRuleLabels = []string{"policy", "rule"}
+var policyRuleLabels = []string{policyLabel, "rule"}
+
+// policyLabel names a policy in every series of one.
+const policyLabel = "policy"
 
 // Metrics are the sidecar's collectors, registered on one registry. Safe for concurrent use.
 type Metrics struct {
@@ -50,6 +53,7 @@ type Metrics struct {
 
 	responseCostMissing *prometheus.CounterVec
 	slotsHeld           *prometheus.GaugeVec
+	jwt                 jwtCollectors
 }
 
 // New creates the collectors and registers them, with the Go and process collectors, on a new
@@ -125,6 +129,7 @@ func New() *Metrics {
 		Help: "Slots of Concurrency rules this pod's requests hold now (admitted, response not finished), by policy and rule.",
 	}, policyRuleLabels)
 	m.Registry.MustRegister(m.slotsHeld)
+	m.jwt = newJWTCollectors(m.Registry)
 	m.Registry.MustRegister(m.requests, m.fallback, m.DecisionSeconds, m.RedisErrors, m.BreakerState,
 		m.BreakerTransitions, m.ConfigGeneration, m.ConfigReloads, m.ReloadFailures, m.ConfigPolicies,
 		m.QueueDelaySeconds, m.QueueAbandoned, m.UpstreamErrors, m.OutageUnits, m.responseCostMissing,
