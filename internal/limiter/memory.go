@@ -259,7 +259,6 @@ func (sh *memoryShard) live(key string, lim Limit, now int64) *memoryEntry {
 	return e
 }
 
-
 // adapt moves e to lim (valid, different from e.lim); see MemoryStore.
 func (e *memoryEntry) adapt(lim Limit) {
 	// A Concurrency key's holdings stay held when its expiry changes: they are released one
