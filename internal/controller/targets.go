@@ -281,15 +281,17 @@ func (v *targetView) Fingerprint() string {
 	return b.String()
 }
 
-// namespaceView answers render.Build's questions, pods and targets, for one namespace.
+// namespaceView answers render.Build's questions, pods, targets and tenant tables, for one
+// namespace.
 type namespaceView struct {
 	podSet
 	*targetView
+	*tableView
 }
 
-// Fingerprint implements render.Fingerprinter over the pods and the targets.
+// Fingerprint implements render.Fingerprinter over the pods, the targets and the tables.
 func (n namespaceView) Fingerprint() string {
-	return n.podSet.Fingerprint() + "\x01" + n.targetView.Fingerprint()
+	return n.podSet.Fingerprint() + "\x01" + n.targetView.Fingerprint() + "\x01" + n.tableView.Fingerprint()
 }
 
 // setTargetStatus sets the ResolvedRefs and Conflicted conditions and status.targets of a

@@ -178,6 +178,10 @@ func (r Rule) validate() error {
 	return r.validateTenants()
 }
 
+// ValidateTenants checks r's tenant table as Validate does: what the controller checks before
+// keeping a rule's last good table for the rule as it is now.
+func (r Rule) ValidateTenants() error { return r.validateTenants() }
+
 // validateTenants checks r's tenant table: a key part it has, entries sorted and distinct,
 // and each tenant's limit valid for the rule (as the rule would be with it, WithLimit), with a
 // cost that fits it.

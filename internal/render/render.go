@@ -34,10 +34,17 @@ import (
 // A policy with spec.targetRefs compiles without pods (its Domain's rules only): only the
 // controller knows what its targets resolve to, and passes that to Build (Targets).
 func Compile(p *v1alpha1.RateLimitPolicy) (policy.Policy, error) {
+	out, _, err := CompileTables(p, nil)
+	return out, err
+}
+
+// CompileTables is Compile with the rules' tables of tenant limits read through tables (nil:
+// none, every such rule renders without its table), and what became of each table.
+func CompileTables(p *v1alpha1.RateLimitPolicy, tables TenantTables) (policy.Policy, []TenantStatus, error) {
 	if len(p.Spec.TargetRefs) > 0 && p.Spec.Domain == "" {
-		return policy.Policy{}, fmt.Errorf("spec.targetRefs: the controller resolves targets against the cluster; rendered offline, this policy has no pods")
+		return policy.Policy{}, nil, fmt.Errorf("spec.targetRefs: the controller resolves targets against the cluster; rendered offline, this policy has no pods")
 	}
-	return compile(p, nil)
+	return compile(p, nil, tables)
 }
 
 // Target is what a policy's spec.targetRefs resolved to: the selector of its targets' pods
@@ -54,7 +61,7 @@ type Targets interface {
 	Target(p *v1alpha1.RateLimitPolicy) (Target, error)
 }
 
-func compile(p *v1alpha1.RateLimitPolicy, t *Target) (policy.Policy, error) {
+func compile(p *v1alpha1.RateLimitPolicy, t *Target, tables TenantTables) (policy.Policy, []TenantStatus, error) {
 	sel := p.Spec.PodSelector.DeepCopy()
 	if t != nil {
 		sel = t.Selector.DeepCopy()
@@ -67,7 +74,7 @@ func compile(p *v1alpha1.RateLimitPolicy, t *Target) (policy.Policy, error) {
 		Response:    policy.Response{StatusCode: 429, Headers: policy.HeaderStyle(v1alpha1.HeadersBoth)},
 	}
 	if _, err := metav1.LabelSelectorAsSelector(out.Selector); err != nil {
-		return policy.Policy{}, fmt.Errorf("spec.podSelector: %w", err)
+		return policy.Policy{}, nil, fmt.Errorf("spec.podSelector: %w", err)
 	}
 	for _, c := range p.Spec.TrustedProxies {
 		out.TrustedProxies = append(out.TrustedProxies, string(c))
@@ -89,7 +96,7 @@ func compile(p *v1alpha1.RateLimitPolicy, t *Target) (policy.Policy, error) {
 	for i, r := range p.Spec.Rules {
 		rule, err := compileRule(r)
 		if err != nil {
-			return policy.Policy{}, fmt.Errorf("spec.rules[%d] (%s): %w", i, r.Name, err)
+			return policy.Policy{}, nil, fmt.Errorf("spec.rules[%d] (%s): %w", i, r.Name, err)
 		}
 		if t != nil && len(t.Routes) > 0 && !rule.Descriptor() {
 			if rule.Match == nil {
@@ -101,9 +108,11 @@ func compile(p *v1alpha1.RateLimitPolicy, t *Target) (policy.Policy, error) {
 	}
 	slices.SortFunc(out.Rules, func(a, b policy.Rule) int { return strings.Compare(a.Name, b.Name) })
 	if err := out.Validate(); err != nil {
-		return policy.Policy{}, err
+		return policy.Policy{}, nil, err
 	}
-	return out, nil
+	// The tables after the rules are valid: an entry is checked against its rule.
+	tenants := withTenants(p, &out, tables)
+	return out, tenants, nil
 }
 
 // windowOf is r's windowMs: its window, or a Concurrency rule's holdings' expiry.
@@ -332,6 +341,8 @@ type Verdict struct {
 	TooLarge bool
 	// MatchedPods is the number of ready pods the policy selects.
 	MatchedPods int32
+	// Tenants is what became of each rule's table of tenant limits, in the spec's order.
+	Tenants []TenantStatus
 }
 
 // Build renders the policies of one namespace. Policies are considered oldest first (then by
@@ -354,17 +365,19 @@ func Build(namespace string, policies []v1alpha1.RateLimitPolicy, pods Pods) (*p
 		}
 		var (
 			compiled policy.Policy
+			tenants  []TenantStatus
 			err      error
 		)
+		tables, _ := pods.(TenantTables)
 		if ts, ok := pods.(Targets); ok && len(p.Spec.TargetRefs) > 0 {
 			var t Target
 			if t, err = ts.Target(p); err != nil {
 				verdicts[p.Name] = Verdict{Err: err, Unresolved: true}
 				continue
 			}
-			compiled, err = compile(p, &t)
+			compiled, tenants, err = compile(p, &t, tables)
 		} else {
-			compiled, err = Compile(p)
+			compiled, tenants, err = CompileTables(p, tables)
 		}
 		if err != nil {
 			verdicts[p.Name] = Verdict{Err: err}
@@ -379,7 +392,7 @@ func Build(namespace string, policies []v1alpha1.RateLimitPolicy, pods Pods) (*p
 		} else {
 			compiled.Pods = []string{} // no pod enforces it: the RLS document sets its own
 		}
-		v := Verdict{MatchedPods: compiled.Replicas}
+		v := Verdict{MatchedPods: compiled.Replicas, Tenants: tenants}
 		for _, k := range kept {
 			// A policy without a selector runs in no sidecar; its descriptor rules' counters
 			// are the policy's own, so a shared rule name is no conflict.
