@@ -112,8 +112,12 @@ func TestDescriptorLimitOverride(t *testing.T) {
 			t.Fatalf("override %v: %v, want the rule's own 100 a minute", d.Limit, resp)
 		}
 	}
-	if got := testutil.ToFloat64(s.m.LimitOverride("shop", "per-tenant", false)); got != 4 {
-		t.Fatalf("%v overrides counted ignored, want 4", got)
+	// ... and a tenant's own limit from the table, when it has one.
+	if resp := s.ask(t, "edge", 0, limited("acme", 1, typev3.RateLimitUnit_YEAR, 0)); resp.Statuses[0].GetCurrentLimit().GetRequestsPerUnit() != 50 {
+		t.Fatalf("acme with an override of a year: %v, want its table's 50", resp)
+	}
+	if got := testutil.ToFloat64(s.m.LimitOverride("shop", "per-tenant", false)); got != 5 {
+		t.Fatalf("%v overrides counted ignored, want 5", got)
 	}
 }
 

@@ -25,6 +25,9 @@
 //   - response_headers_to_add carries the sidecar's RateLimit headers of the request's
 //     deciding rule, and Retry-After (when the request passes if nothing else arrives) when
 //     the request is over the limit.
+//   - A descriptor's limit override (RateLimitDescriptor.limit) replaces the limit and window
+//     of each rule it matches (config.Rule.WithOverride), over the rule's tenant table; one no
+//     rule can take (a year, more than a day) leaves the tenant's or the rule's own limit.
 //   - Without Redis each policy's failure mode applies: Local decides with this replica's
 //     share, Open answers OK, Closed answers the RPC with codes.Unavailable, so that Envoy's
 //     failure_mode_deny decides.
@@ -123,7 +126,9 @@ func (s *Server) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitReques
 			key := string(rq.Key[start:])
 			rule := r.ForKey(key) // the key's tenant's limit, when the rule has a table
 			if o := d.GetLimit(); o != nil {
-				rule, _ = r.WithOverride(override(o))
+				if v, ok := r.WithOverride(override(o)); ok {
+					rule = v // over the tenant's: Envoy sent it for this request
+				}
 			}
 			rq.Add(r.Policy, rule, key, n, check)
 			sc.descs = append(sc.descs, i)
