@@ -177,8 +177,8 @@ func TestOverrides(t *testing.T) {
 			if !ok && v != tc.rule {
 				t.Error("an ignored override did not give the rule itself")
 			}
-			if got := int64(-1); v.Lease != nil {
-				if got = v.Lease.MaxUnits; got != tc.want.leased {
+			if v.Lease != nil {
+				if got := v.Lease.MaxUnits; got != tc.want.leased {
 					t.Errorf("lease maxUnits %d, want %d", got, tc.want.leased)
 				}
 			} else if tc.want.leased != -1 {

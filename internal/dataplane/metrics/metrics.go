@@ -129,7 +129,7 @@ func New() *Metrics {
 	m.limitOverrides = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "sluice_limit_overrides_total",
 		Help: "Envoy descriptors whose limit override a descriptor rule decided, by policy, rule and outcome: applied, or ignored (an override no rule of that algorithm can take: the rule's own limit applied).",
-	}, []string{"policy", "rule", "outcome"})
+	}, append(policyRuleLabels[:len(policyRuleLabels):len(policyRuleLabels)], "outcome"))
 	m.Registry.MustRegister(m.limitOverrides)
 	m.Registry.MustRegister(m.requests, m.fallback, m.DecisionSeconds, m.RedisErrors, m.BreakerState,
 		m.BreakerTransitions, m.ConfigGeneration, m.ConfigReloads, m.ReloadFailures, m.ConfigPolicies,

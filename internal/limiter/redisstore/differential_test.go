@@ -195,8 +195,8 @@ func TestDifferentialLimitChanges(t *testing.T) {
 				var trace []string
 				for step := range steps {
 					key := pick(rng, keys...)
-					lim, ok := last[key].lim, true
-					if _, ok = last[key]; !ok || rng.IntN(8) == 0 {
+					lim := last[key].lim
+					if _, ok := last[key]; !ok || rng.IntN(8) == 0 {
 						lim = pick(rng, lims...)
 					}
 					now = min(max(0, now+randomGap(rng, lim)), limiter.MaxNowMs)
