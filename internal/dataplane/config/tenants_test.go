@@ -194,3 +194,31 @@ func TestOverrides(t *testing.T) {
 		t.Errorf("%v ignored overrides of fw counted, want 6 (3 ignored, twice)", got)
 	}
 }
+
+// TestTenantsOfABlockedRule: a rule of limit 0 with a table admits only the tenants listed, at
+// their limits: an allowlist.
+func TestTenantsOfABlockedRule(t *testing.T) {
+	doc, err := policy.Parse(st.Doc(t, st.Policy("api", []policy.Rule{st.Rule("listed", 0, time.Minute, func(r *policy.Rule) {
+		r.Algorithm, r.Burst = "FixedWindow", 0
+		r.Key = []policy.KeyPart{{Source: policy.SourceHeader, Name: "X-Tenant"}}
+		r.Tenants = &policy.Tenants{Limits: []policy.TenantLimit{{Value: "acme", Limit: 5}}}
+	})})))
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := Compile(doc, nil, metrics.New())
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := c.Policies[0].Rules[0]
+	key := func(tenant string) string {
+		req := keys.Request{Header: keys.HTTPHeader{"X-Tenant": {tenant}}}
+		return string(r.Key.Append(nil, &req))
+	}
+	if v := r.ForKey(key("acme")); v.Blocked || v.Limit.Limit != 5 || v.ZeroShare {
+		t.Errorf("acme: %+v blocked %v", v.Limit, v.Blocked)
+	}
+	if v := r.ForKey(key("other")); !v.Blocked {
+		t.Error("a tenant not listed is not blocked")
+	}
+}
