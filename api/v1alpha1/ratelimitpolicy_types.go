@@ -367,6 +367,7 @@ type BodySpec struct {
 // +kubebuilder:validation:XValidation:rule="!has(self.match) || !has(self.match.descriptors) || !has(self.responseCost)",message="a rule that matches descriptors cannot use responseCost: Envoy's rate limit service never sees the response",fieldPath=".responseCost"
 // +kubebuilder:validation:XValidation:rule="!has(self.responseCost) || !has(self.responseCost.minimumCost) || self.responseCost.minimumCost <= (has(self.burst) ? self.burst : self.limit)",message="responseCost.minimumCost must not exceed burst (or limit when burst is unset): such a request could never pass",fieldPath=".responseCost.minimumCost"
 // +kubebuilder:validation:XValidation:rule="!has(self.match) || !has(self.match.descriptors) || (self.key.all(k, !has(k.jwtClaim)) && !has(self.match.jwt))",message="a rule that matches descriptors cannot key on jwtClaim or match on jwt: the RLS server sees Envoy's descriptors, not the request's token; verify it in Envoy (jwt_authn) and send the claim as a descriptor entry",fieldPath=".key"
+// +kubebuilder:validation:XValidation:rule="!has(self.tenantLimits) || (has(self.tenantLimits.keyPart) ? self.tenantLimits.keyPart : 0) < size(self.key)",message="tenantLimits.keyPart must be the index of one of the rule's key parts (0 for the first): the tenant is the value of that part",fieldPath=".tenantLimits.keyPart"
 type Rule struct {
 	// name identifies the rule in metrics, logs and the 429 body; unique within the policy.
 	// A DNS label: lower-case letters, digits and '-', at most 63 characters.
@@ -478,6 +479,46 @@ type Rule struct {
 	// LeakyBucket mode Queue.
 	// +optional
 	Lease *LeaseSpec `json:"lease,omitempty"`
+
+	// tenantLimits gives the rule another limit (and burst) per tenant: per value of one of its
+	// key parts, from a table in a ConfigMap of the policy's namespace, edited without
+	// touching the policy (e.g. contract limits of thousands of customers). A tenant not in
+	// the table gets the rule's own limit and burst. While the table is missing or has an
+	// invalid entry, the last good table stays enforced (TenantLimitsResolved=False says why).
+	// docs/policy.md of the repository has the table's format and what a limit changed
+	// mid-window does to a key.
+	// +optional
+	TenantLimits *TenantLimitsSpec `json:"tenantLimits,omitempty"`
+}
+
+// TenantLimitsLabel is the label a ConfigMap holding tenant limits carries, with the value
+// "true": the controller watches (and reads) only those.
+const TenantLimitsLabel = "sluice.dev/tenant-limits"
+
+// TenantLimitsSpec names a rule's table of limits per tenant.
+type TenantLimitsSpec struct {
+	// configMapName names the ConfigMap, in the policy's namespace, that holds the table. It
+	// must carry the label sluice.dev/tenant-limits: "true".
+	// +required
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=253
+	// +kubebuilder:validation:XValidation:rule="self.matches('^[a-z0-9]([-a-z0-9]*[a-z0-9])?([.][a-z0-9]([-a-z0-9]*[a-z0-9])?)*$')",message="must be a ConfigMap name: lower-case letters, digits, '-' and '.'"
+	ConfigMapName string `json:"configMapName"`
+
+	// key is the ConfigMap's data key that holds the table, CSV with a header row (tenant,limit
+	// or tenant,limit,burst) and one row per tenant; the rule's name by default.
+	// +optional
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=253
+	// +kubebuilder:validation:XValidation:rule="self.matches('^[-._a-zA-Z0-9]+$')",message="must be a ConfigMap key: letters, digits, '-', '_' and '.'"
+	Key string `json:"key,omitempty"`
+
+	// keyPart is the index, in the rule's key, of the part whose value names the tenant: 0
+	// (the first part) by default.
+	// +optional
+	// +kubebuilder:validation:Minimum=0
+	// +kubebuilder:validation:Maximum=7
+	KeyPart *int32 `json:"keyPart,omitempty"`
 }
 
 // LeaseSpec configures leased decisions for a rule.
@@ -755,7 +796,8 @@ type RateLimitPolicyStatus struct {
 	ObservedGeneration int64 `json:"observedGeneration,omitempty"`
 
 	// conditions: Accepted (the policy is valid and does not conflict with another) and Ready
-	// (the policy at observedGeneration is in the namespace's ConfigMap).
+	// (the policy at observedGeneration is in the namespace's ConfigMap); with tenantLimits,
+	// TenantLimitsResolved (every rule's table is read and valid).
 	// +optional
 	// +listType=map
 	// +listMapKey=type
@@ -811,6 +853,10 @@ const (
 	// ConditionSidecarBypassed is True when a Service selecting the policy's pods sends
 	// traffic past the sidecar (status.bypassingServices).
 	ConditionSidecarBypassed = "SidecarBypassed"
+	// ConditionTenantLimitsResolved, on a policy with tenantLimits, is True when every rule's
+	// table is read and valid, and False naming the rule and why when one is not: that rule
+	// keeps its last good table (or, without one, gives every tenant its own limit).
+	ConditionTenantLimitsResolved = "TenantLimitsResolved"
 
 	ReasonResolved          = "ResolvedRefs"
 	ReasonTargetNotFound    = "TargetNotFound"
@@ -820,6 +866,10 @@ const (
 	ReasonNoConflict        = "NoConflict"
 	ReasonThroughSidecar    = "ThroughSidecar"
 	ReasonTargetPortBypass  = "TargetPortBypassesSidecar"
+
+	// ReasonTenantLimitsInvalid: a table's ConfigMap or key is missing, or an entry is not a
+	// valid limit for its rule.
+	ReasonTenantLimitsInvalid = "InvalidTenantLimits"
 
 	ReasonValid        = "Valid"
 	ReasonInvalid      = "Invalid"

@@ -8,6 +8,7 @@ import (
 	"os"
 	"strings"
 
+	corev1 "k8s.io/api/core/v1"
 	"sigs.k8s.io/yaml"
 
 	"github.com/sluice-dev/sluice/api/v1alpha1"
@@ -22,7 +23,8 @@ func (f *fileList) String() string     { return strings.Join(*f, ",") }
 func (f *fileList) Set(v string) error { *f = append(*f, v); return nil }
 
 // runRender implements `sluicectl render -f policy.yaml [-f another.yaml] [--replicas N |
-// --pods NAME,NAME]`: it validates the policies as the API server would and prints the
+// --pods NAME,NAME]`: it validates the policies as the API server would (ConfigMaps in the
+// files are the tables of tenant limits the policies name) and prints the
 // policies.json the controller would write for them, with N unnamed ready pods behind every
 // policy (each holds floor(limit/N) while Redis is down), or with the ready pods named (each
 // policy selecting all of them; each holds its ranked share, and the shares sum to the limit).
@@ -30,7 +32,7 @@ func runRender(args []string, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet("render", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	var files fileList
-	fs.Var(&files, "f", "a file of RateLimitPolicy manifests (YAML or JSON; - for standard input); repeatable")
+	fs.Var(&files, "f", "a file of RateLimitPolicy manifests, and the ConfigMaps of their tenant limits (YAML or JSON; - for standard input); repeatable")
 	replicas := fs.Int("replicas", 1, "unnamed ready pods assumed behind each policy (each holds floor(limit/N) locally)")
 	pods := fs.String("pods", "", "names of the ready pods behind each policy, comma-separated, as the controller renders them (exact shares by rank); overrides --replicas")
 	namespace := fs.String("namespace", "", "namespace of policies that do not name one (default \"default\")")
@@ -46,7 +48,7 @@ func runRender(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintln(stderr, "usage: sluicectl render -f policy.yaml [-f another.yaml] [--replicas N | --pods NAME,NAME] [--namespace NS] [--pretty] [-o json|configmap]")
 		return 2
 	}
-	policies, err := readPolicies(files)
+	policies, configMaps, err := readPolicies(files)
 	if err != nil {
 		fmt.Fprintf(stderr, "sluicectl render: %v\n", err)
 		return 1
@@ -68,7 +70,12 @@ func runRender(args []string, stdout, stderr io.Writer) int {
 		}
 		behind = names
 	}
-	doc, payload, verdicts, err := render.BuildFit(ns, policies, behind, 0)
+	for i := range configMaps {
+		if configMaps[i].Namespace == "" {
+			configMaps[i].Namespace = ns
+		}
+	}
+	doc, payload, verdicts, err := render.BuildFit(ns, policies, offline{behind, render.NewConfigMapTables(configMaps)}, 0)
 	if err != nil {
 		fmt.Fprintf(stderr, "sluicectl render: %v\n", err)
 		return 1
@@ -80,6 +87,19 @@ func runRender(args []string, stdout, stderr io.Writer) int {
 		}
 	}
 	if len(rejected) > 0 {
+		fmt.Fprintf(stderr, "sluicectl render: %v\n", errors.Join(rejected...))
+		return 1
+	}
+	for _, p := range policies {
+		for _, t := range verdicts[p.Name].Tenants {
+			if t.Err != nil {
+				rejected = append(rejected, fmt.Errorf("RateLimitPolicy %q, rule %s: %w", p.Name, t.Rule, t.Err))
+			}
+		}
+	}
+	if len(rejected) > 0 {
+		// The controller would render the rule without the table (or with its last good
+		// one); offline, give the table's ConfigMap with -f.
 		fmt.Fprintf(stderr, "sluicectl render: %v\n", errors.Join(rejected...))
 		return 1
 	}
@@ -100,8 +120,27 @@ func runRender(args []string, stdout, stderr io.Writer) int {
 	return 0
 }
 
-func readPolicies(files []string) ([]v1alpha1.RateLimitPolicy, error) {
+// offline answers render.Build for sluicectl render: the pods as the flags say, and the tables
+// of tenant limits from the ConfigMaps given with the policies.
+type offline struct {
+	render.Pods
+	render.ConfigMapTables
+}
+
+// Fingerprint implements render.Fingerprinter.
+func (o offline) Fingerprint() string {
+	fp, _ := o.Pods.(render.Fingerprinter)
+	if fp == nil {
+		return ""
+	}
+	return fp.Fingerprint() + "\x01" + o.ConfigMapTables.Fingerprint()
+}
+
+// readPolicies reads the policies of files, and the ConfigMaps beside them (tables of tenant
+// limits).
+func readPolicies(files []string) ([]v1alpha1.RateLimitPolicy, []corev1.ConfigMap, error) {
 	var all []v1alpha1.RateLimitPolicy
+	var configMaps []corev1.ConfigMap
 	var errs []error
 	for _, name := range files {
 		r := io.Reader(os.Stdin)
@@ -114,23 +153,24 @@ func readPolicies(files []string) ([]v1alpha1.RateLimitPolicy, error) {
 			defer func() { _ = f.Close() }()
 			r = f
 		}
-		ps, err := policyfile.Decode(r, name)
+		m, err := policyfile.DecodeManifests(r, name)
 		if err != nil {
 			errs = append(errs, err)
 		}
-		all = append(all, ps...)
+		all = append(all, m.Policies...)
+		configMaps = append(configMaps, m.ConfigMaps...)
 	}
 	if len(errs) > 0 {
-		return nil, errors.Join(errs...)
+		return nil, nil, errors.Join(errs...)
 	}
 	seen := map[string]bool{}
 	for _, p := range all {
 		if seen[p.Name] {
-			return nil, fmt.Errorf("RateLimitPolicy %q is given twice", p.Name)
+			return nil, nil, fmt.Errorf("RateLimitPolicy %q is given twice", p.Name)
 		}
 		seen[p.Name] = true
 	}
-	return all, nil
+	return all, configMaps, nil
 }
 
 // commonNamespace returns the one namespace of the policies: the controller renders one

@@ -10,10 +10,8 @@ import (
 	"slices"
 
 	corev1 "k8s.io/api/core/v1"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/sluice-dev/sluice/api/v1alpha1"
@@ -40,10 +38,10 @@ type keySetError struct {
 
 func (e *keySetError) Error() string { return e.msg }
 
-// newKeySetView reads the labelled Secrets of ns and the key sets rendered in its ConfigMap,
-// when one of policies names a Secret (otherwise nothing: a reconcile of a namespace without
-// such a policy decodes no ConfigMap).
-func newKeySetView(ctx context.Context, c client.Reader, ns string, policies []v1alpha1.RateLimitPolicy) (*keySetView, error) {
+// newKeySetView reads the labelled Secrets of ns, and the key sets of rendered (the ConfigMap
+// rendered last, nil when none), when one of policies names a Secret (otherwise nothing: a
+// reconcile of a namespace without such a policy decodes no ConfigMap).
+func newKeySetView(ctx context.Context, c client.Reader, ns string, policies []v1alpha1.RateLimitPolicy, rendered *corev1.ConfigMap) (*keySetView, error) {
 	v := &keySetView{secrets: map[string]*corev1.Secret{}, previous: map[string]json.RawMessage{}}
 	if !slices.ContainsFunc(policies, func(p v1alpha1.RateLimitPolicy) bool { _, _, ok := render.JWKSSecret(&p); return ok }) {
 		return v, nil
@@ -55,14 +53,10 @@ func newKeySetView(ctx context.Context, c client.Reader, ns string, policies []v
 	for i := range secrets.Items {
 		v.secrets[secrets.Items[i].Name] = &secrets.Items[i]
 	}
-	var cm corev1.ConfigMap
-	err := c.Get(ctx, types.NamespacedName{Namespace: ns, Name: policy.ConfigMapName}, &cm)
-	if apierrors.IsNotFound(err) {
+	if rendered == nil {
 		return v, nil
-	} else if err != nil {
-		return nil, err
 	}
-	doc, err := policy.Decode([]byte(cm.Data[policy.DataKey]), cm.BinaryData[policy.CompressedKey])
+	doc, err := policy.Decode([]byte(rendered.Data[policy.DataKey]), rendered.BinaryData[policy.CompressedKey])
 	if err != nil {
 		return v, nil //nolint:nilerr // an unreadable ConfigMap has no keys to keep; it is rewritten
 	}

@@ -46,11 +46,18 @@ type Options struct {
 	RenderInterval time.Duration
 }
 
-// Setup registers the controller with a manager.
+// Setup registers the controller with a manager, and the cache of the tables of tenant
+// limits it reads.
 func Setup(mgr ctrl.Manager, o Options) error {
+	tables, err := tenantTablesCache(mgr)
+	if err != nil {
+		return err
+	}
 	return (&RateLimitPolicyReconciler{
 		Client:         mgr.GetClient(),
 		Recorder:       mgr.GetEventRecorder("sluice-controller"),
 		RenderInterval: o.RenderInterval,
+		Tables:         tables,
+		APIReader:      mgr.GetAPIReader(),
 	}).SetupWithManager(mgr)
 }

@@ -23,6 +23,8 @@ const (
 	MetricPolicyUninjectedPods = "sluice_policy_uninjected_pods"
 	MetricPolicyReady          = "sluice_policy_ready"
 	MetricPolicyRoutedAround   = "sluice_policy_bypassing_services"
+	// MetricPolicyTenantLimits is exported for policies with tenantLimits only.
+	MetricPolicyTenantLimits = "sluice_policy_tenant_limits_resolved"
 )
 
 var (
@@ -31,6 +33,7 @@ var (
 	uninjectedDesc   = prometheus.NewDesc(MetricPolicyUninjectedPods, "Pods the policy's podSelector matches that run without the sidecar although annotated for injection (status.uninjectedPods): the policy is not enforced on them.", policyLabels, nil)
 	policyReadyDesc  = prometheus.NewDesc(MetricPolicyReady, "1 when the policy's Ready condition is True (rendered for the sidecars), else 0.", policyLabels, nil)
 	bypassingDesc    = prometheus.NewDesc(MetricPolicyRoutedAround, "Services that select the policy's pods but send traffic past the sidecar (status.bypassingServices): that traffic is not limited.", policyLabels, nil)
+	tenantLimitsDesc = prometheus.NewDesc(MetricPolicyTenantLimits, "For a policy with tenantLimits: 1 when its TenantLimitsResolved condition is True (every rule's table read and valid), else 0 (a rule enforces its last good table, or its own limit for every tenant).", policyLabels, nil)
 	policyListBudget = 5 * time.Second
 )
 
@@ -45,6 +48,7 @@ func (c policyCollector) Describe(ch chan<- *prometheus.Desc) {
 	ch <- uninjectedDesc
 	ch <- policyReadyDesc
 	ch <- bypassingDesc
+	ch <- tenantLimitsDesc
 }
 
 func (c policyCollector) Collect(ch chan<- prometheus.Metric) {
@@ -65,6 +69,13 @@ func (c policyCollector) Collect(ch chan<- prometheus.Metric) {
 		ch <- prometheus.MustNewConstMetric(uninjectedDesc, prometheus.GaugeValue, float64(p.Status.UninjectedPods), p.Namespace, p.Name)
 		ch <- prometheus.MustNewConstMetric(policyReadyDesc, prometheus.GaugeValue, ready, p.Namespace, p.Name)
 		ch <- prometheus.MustNewConstMetric(bypassingDesc, prometheus.GaugeValue, float64(len(p.Status.BypassingServices)), p.Namespace, p.Name)
+		if c := meta.FindStatusCondition(p.Status.Conditions, v1alpha1.ConditionTenantLimitsResolved); c != nil {
+			resolved := 0.0
+			if c.Status == metav1.ConditionTrue {
+				resolved = 1
+			}
+			ch <- prometheus.MustNewConstMetric(tenantLimitsDesc, prometheus.GaugeValue, resolved, p.Namespace, p.Name)
+		}
 	}
 }
 

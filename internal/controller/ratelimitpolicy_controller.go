@@ -24,6 +24,7 @@ import (
 	"k8s.io/utils/clock"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/builder"
+	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	crcontroller "sigs.k8s.io/controller-runtime/pkg/controller"
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
@@ -60,6 +61,10 @@ type RateLimitPolicyReconciler struct {
 	// rolling update costs the kubelets one volume sync per interval rather than one per pod
 	// event. Zero writes every change at once.
 	RenderInterval time.Duration
+	// Tables reads the ConfigMaps labelled v1alpha1.TenantLimitsLabel "true" (the tables of
+	// tenant limits); nil reads none. APIReader, when set, reads a ConfigMap a policy names that
+	// is not among them, to say why it is not read.
+	Tables, APIReader client.Reader
 
 	fitter render.Fitter
 	mu     sync.Mutex
@@ -106,11 +111,25 @@ func (r *RateLimitPolicyReconciler) Reconcile(ctx context.Context, req ctrl.Requ
 	if len(list.Items) == 0 {
 		r.fitter.Forget(ns) // bounded by the namespaces that have policies
 	}
-	keySets, err := newKeySetView(ctx, r.Client, ns, list.Items)
+	// The ConfigMap rendered last: the key sets and tenant tables to keep while their sources
+	// are missing or garbled.
+	rendered := &corev1.ConfigMap{}
+	if err := r.Get(ctx, types.NamespacedName{Namespace: ns, Name: policy.ConfigMapName}, rendered); apierrors.IsNotFound(err) {
+		rendered = nil
+	} else if err != nil {
+		return ctrl.Result{}, err
+	}
+	keySets, err := newKeySetView(ctx, r.Client, ns, list.Items, rendered)
 	if err != nil {
 		return ctrl.Result{}, err
 	}
-	view := namespaceView{podSet(pods.Items), newTargetView(services.Items, routes.Items, routesErr), keySets}
+	tables, err := newTableView(ctx, r.Tables, ns)
+	if err != nil {
+		return ctrl.Result{}, err
+	}
+	tables.unlabelled = unlabelledFrom(ctx, r.APIReader)
+	tables.rendered = rendered
+	view := namespaceView{podSet(pods.Items), newTargetView(services.Items, routes.Items, routesErr), keySets, tables}
 	doc, payload, verdicts, err := r.fitter.BuildFit(ns, list.Items, view, r.MaxBytes)
 	if err != nil {
 		return ctrl.Result{}, err
@@ -269,6 +288,7 @@ func (r *RateLimitPolicyReconciler) updateStatus(ctx context.Context, p *v1alpha
 	}
 	setTargetStatus(p, v, rt.targets, set, now)
 	setKeySetStatus(p, v, set)
+	setTenantStatus(p, v, set)
 	setBypassStatus(p, rt, set)
 	if equalStatus(before.Status, p.Status) {
 		return nil
@@ -288,7 +308,7 @@ func (r *RateLimitPolicyReconciler) recordTransitions(before, after *v1alpha1.Ra
 	if r.Recorder == nil {
 		return
 	}
-	for _, t := range []string{v1alpha1.ConditionAccepted, v1alpha1.ConditionReady} {
+	for _, t := range []string{v1alpha1.ConditionAccepted, v1alpha1.ConditionReady, v1alpha1.ConditionTenantLimitsResolved} {
 		old, cur := meta.FindStatusCondition(before.Status.Conditions, t), meta.FindStatusCondition(after.Status.Conditions, t)
 		if cur == nil || (old != nil && old.Status == cur.Status && old.Reason == cur.Reason && old.ObservedGeneration == cur.ObservedGeneration) {
 			continue
@@ -299,7 +319,7 @@ func (r *RateLimitPolicyReconciler) recordTransitions(before, after *v1alpha1.Ra
 			}
 			continue
 		}
-		if t == v1alpha1.ConditionAccepted || cur.Reason == v1alpha1.ReasonRenderFailed {
+		if t == v1alpha1.ConditionAccepted || t == v1alpha1.ConditionTenantLimitsResolved || cur.Reason == v1alpha1.ReasonRenderFailed {
 			r.Recorder.Eventf(after, nil, corev1.EventTypeWarning, cur.Reason, "Validate", "%s", cur.Message)
 		}
 	}
@@ -447,7 +467,8 @@ func policyUpdateMatters(e event.UpdateEvent) bool {
 }
 
 // SetupWithManager watches what the rendering derives from: policies, pods (their labels and
-// readiness) and the rendered ConfigMaps, each mapped to its namespace's request.
+// readiness), Services, HTTPRoutes, the rendered ConfigMaps and the tables of tenant limits
+// (when Tables is a cache), each mapped to its namespace's request.
 func (r *RateLimitPolicyReconciler) SetupWithManager(mgr ctrl.Manager) error {
 	if r.Clock == nil {
 		r.Clock = clock.RealClock{}
@@ -466,6 +487,11 @@ func (r *RateLimitPolicyReconciler) SetupWithManager(mgr ctrl.Manager) error {
 		Watches(&corev1.ConfigMap{}, toNamespace, builder.WithPredicates(rendered)).
 		Watches(&corev1.Service{}, toNamespace).
 		Watches(&corev1.Secret{}, toNamespace, builder.WithPredicates(predicate.NewPredicateFuncs(jwksSecret)))
+	if tables, ok := r.Tables.(cache.Cache); ok {
+		b = b.WatchesRawSource(watchTenantTables(tables, func(cm *corev1.ConfigMap) []ctrl.Request {
+			return []ctrl.Request{{NamespacedName: types.NamespacedName{Namespace: cm.Namespace, Name: policy.ConfigMapName}}}
+		}))
+	}
 	// HTTPRoutes are watched when Gateway API's CRDs are installed as the manager starts;
 	// otherwise a policy targeting one says the kind is unknown.
 	if _, err := mgr.GetRESTMapper().RESTMapping(httpRouteGVK.GroupKind(), httpRouteGVK.Version); err == nil {

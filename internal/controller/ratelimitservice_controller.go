@@ -8,11 +8,13 @@ import (
 	"strings"
 
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/types"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/builder"
+	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 	"sigs.k8s.io/controller-runtime/pkg/handler"
@@ -44,6 +46,8 @@ type RateLimitServiceReconciler struct {
 	client.Client
 	// Namespace is where the RLS server runs and its ConfigMap is written.
 	Namespace string
+	// Tables reads the tables of tenant limits (as RateLimitPolicyReconciler.Tables).
+	Tables client.Reader
 }
 
 // +kubebuilder:rbac:groups=sluice.dev,resources=ratelimitpolicies,verbs=get;list;watch
@@ -62,13 +66,25 @@ func (r *RateLimitServiceReconciler) Reconcile(ctx context.Context, _ ctrl.Reque
 		return ctrl.Result{}, err
 	}
 	replicas, _ := podSet(pods.Items).Ready(labels.Everything())
+	tables, err := newTableView(ctx, r.Tables, "")
+	if err != nil {
+		return ctrl.Result{}, err
+	}
+	tables.policyName = func(p *v1alpha1.RateLimitPolicy) string { return p.Namespace + "/" + p.Name }
+	rendered := &corev1.ConfigMap{}
+	if err := r.Get(ctx, types.NamespacedName{Namespace: r.Namespace, Name: RLSConfigMapName}, rendered); err == nil {
+		tables.rendered = rendered
+	} else if !apierrors.IsNotFound(err) {
+		return ctrl.Result{}, err
+	}
 	doc := &policy.Document{Version: policy.Version, Namespace: r.Namespace, Policies: []policy.Policy{}}
 	for i := range list.Items {
 		p := &list.Items[i]
 		if p.Spec.Domain == "" || !p.DeletionTimestamp.IsZero() {
 			continue
 		}
-		compiled, err := render.Compile(withoutTokens(p))
+		// The policy's status (the namespace's reconciler) says what became of its tables.
+		compiled, _, err := render.CompileTables(withoutTokens(p), tables)
 		if err != nil {
 			continue
 		}
@@ -109,7 +125,8 @@ func (r *RateLimitServiceReconciler) Reconcile(ctx context.Context, _ ctrl.Reque
 	return ctrl.Result{}, nil
 }
 
-// SetupWithManager watches every policy, the RLS pods and the RLS ConfigMap.
+// SetupWithManager watches every policy, the RLS pods, the RLS ConfigMap and the tables of
+// tenant limits (when Tables is a cache).
 func (r *RateLimitServiceReconciler) SetupWithManager(mgr ctrl.Manager) error {
 	one := handler.EnqueueRequestsFromMapFunc(func(context.Context, client.Object) []ctrl.Request {
 		return []ctrl.Request{{NamespacedName: types.NamespacedName{Namespace: r.Namespace, Name: RLSConfigMapName}}}
@@ -119,18 +136,27 @@ func (r *RateLimitServiceReconciler) SetupWithManager(mgr ctrl.Manager) error {
 	}
 	rlsPod := inNamespace(func(o client.Object) bool { return o.GetLabels()[RLSAppLabel] == RLSAppName })
 	rendered := inNamespace(func(o client.Object) bool { return o.GetName() == RLSConfigMapName })
-	return ctrl.NewControllerManagedBy(mgr).
+	b := ctrl.NewControllerManagedBy(mgr).
 		Named("ratelimitservice").
 		Watches(&v1alpha1.RateLimitPolicy{}, one).
 		Watches(&corev1.Pod{}, one, builder.WithPredicates(rlsPod, predicate.Funcs{UpdateFunc: podUpdateMatters})).
-		Watches(&corev1.ConfigMap{}, one, builder.WithPredicates(rendered)).
-		Complete(r)
+		Watches(&corev1.ConfigMap{}, one, builder.WithPredicates(rendered))
+	if tables, ok := r.Tables.(cache.Cache); ok {
+		b = b.WatchesRawSource(watchTenantTables(tables, func(*corev1.ConfigMap) []ctrl.Request {
+			return []ctrl.Request{{NamespacedName: types.NamespacedName{Namespace: r.Namespace, Name: RLSConfigMapName}}}
+		}))
+	}
+	return b.Complete(r)
 }
 
 // SetupRateLimitService registers the RLS renderer with a manager, for the RLS server running
 // in namespace (the manager's).
 func SetupRateLimitService(mgr ctrl.Manager, namespace string) error {
-	return (&RateLimitServiceReconciler{Client: mgr.GetClient(), Namespace: namespace}).SetupWithManager(mgr)
+	tables, err := tenantTablesCache(mgr)
+	if err != nil {
+		return err
+	}
+	return (&RateLimitServiceReconciler{Client: mgr.GetClient(), Namespace: namespace, Tables: tables}).SetupWithManager(mgr)
 }
 
 // withoutTokens returns p without spec.jwt and the rules that read a token (HTTP rules all):

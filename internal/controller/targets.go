@@ -281,17 +281,19 @@ func (v *targetView) Fingerprint() string {
 	return b.String()
 }
 
-// namespaceView answers render.Build's questions, pods, targets and key sets, for one
-// namespace.
+// namespaceView answers render.Build's questions, pods, targets, key sets and tenant tables,
+// for one namespace.
 type namespaceView struct {
 	podSet
 	*targetView
 	*keySetView
+	*tableView
 }
 
-// Fingerprint implements render.Fingerprinter over the pods, the targets and the key sets.
+// Fingerprint implements render.Fingerprinter over the pods, the targets, the key sets and the
+// tables.
 func (n namespaceView) Fingerprint() string {
-	return n.podSet.Fingerprint() + "\x01" + n.targetView.Fingerprint() + "\x01" + n.keySetView.Fingerprint()
+	return n.podSet.Fingerprint() + "\x01" + n.targetView.Fingerprint() + "\x01" + n.keySetView.Fingerprint() + "\x01" + n.tableView.Fingerprint()
 }
 
 // setTargetStatus sets the ResolvedRefs and Conflicted conditions and status.targets of a

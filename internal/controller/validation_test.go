@@ -103,6 +103,11 @@ func domainOnly(p *v1alpha1.RateLimitPolicy) {
 	p.Spec.PodSelector = nil
 }
 
+// tenantLimits gives the first rule a table of tenant limits.
+func tenantLimits(t v1alpha1.TenantLimitsSpec) func(*v1alpha1.RateLimitPolicy) {
+	return rule0(func(r *v1alpha1.Rule) { r.TenantLimits = &t })
+}
+
 func lease(maxAge string, maxUnits ...int64) func(*v1alpha1.RateLimitPolicy) {
 	return rule0(func(r *v1alpha1.Rule) {
 		r.Lease = &v1alpha1.LeaseSpec{MaxAge: v1alpha1.LeaseAge(maxAge)}
@@ -477,6 +482,17 @@ var _ = Describe("RateLimitPolicy validation", func() {
 			"spec.targetRefs", "each target appears once"),
 		Entry("a sectionName that is no name", targets(v1alpha1.TargetRef{Kind: "Service", Name: "web", SectionName: "HTTP"}),
 			"spec.targetRefs[0].sectionName", "must be a port or route rule name"),
+		Entry("tenantLimits on a key part the rule does not have", tenantLimits(v1alpha1.TenantLimitsSpec{ConfigMapName: "limits", KeyPart: ptr.To[int32](1)}),
+			"spec.rules[0].tenantLimits.keyPart", "tenantLimits.keyPart must be the index of one of the rule's key parts"),
+		Entry("tenantLimits on a rule whose key is empty", func(p *v1alpha1.RateLimitPolicy) {
+			domainOnly(p)
+			rule0(func(r *v1alpha1.Rule) { r.Key = []v1alpha1.KeyPart{} })(p)
+			tenantLimits(v1alpha1.TenantLimitsSpec{ConfigMapName: "limits"})(p)
+		}, "spec.rules[0].tenantLimits.keyPart", "one of the rule's key parts (0 for the first)"),
+		Entry("tenantLimits naming no ConfigMap", tenantLimits(v1alpha1.TenantLimitsSpec{ConfigMapName: "Limits_1"}),
+			"spec.rules[0].tenantLimits.configMapName", "must be a ConfigMap name"),
+		Entry("tenantLimits with a key that is no ConfigMap key", tenantLimits(v1alpha1.TenantLimitsSpec{ConfigMapName: "limits", Key: "a/b"}),
+			"spec.rules[0].tenantLimits.key", "must be a ConfigMap key"),
 	)
 
 	DescribeTable("accepts valid policies, online and offline",
@@ -589,6 +605,16 @@ var _ = Describe("RateLimitPolicy validation", func() {
 			})(p)
 			p.Spec.Rules = append(p.Spec.Rules, v1alpha1.Rule{Name: "anonymous", Match: &v1alpha1.RuleMatch{JWT: v1alpha1.JWTUnverified},
 				Key: []v1alpha1.KeyPart{{ClientIP: &v1alpha1.ClientIPKey{}}}, Algorithm: v1alpha1.FixedWindow, Limit: 10, Window: "1m"})
+		}),
+		Entry("tenant limits on the second key part, a named key", func(p *v1alpha1.RateLimitPolicy) {
+			rule0(func(r *v1alpha1.Rule) {
+				r.Key = append(r.Key, v1alpha1.KeyPart{Header: &v1alpha1.HeaderKey{Name: "X-Tenant"}})
+			})(p)
+			tenantLimits(v1alpha1.TenantLimitsSpec{ConfigMapName: "tenant-limits.v2", Key: "limits.csv", KeyPart: ptr.To[int32](1)})(p)
+		}),
+		Entry("tenant limits of a descriptor rule", func(p *v1alpha1.RateLimitPolicy) {
+			domainOnly(p)
+			tenantLimits(v1alpha1.TenantLimitsSpec{ConfigMapName: "limits"})(p)
 		}),
 		Entry("a Service target", targets(v1alpha1.TargetRef{Kind: "Service", Name: "web", SectionName: "http"})),
 		Entry("HTTPRoute targets, one a rule of a route", targets(

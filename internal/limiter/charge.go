@@ -119,7 +119,7 @@ func (m *MemoryStore) Charge(_ context.Context, key string, lim Limit, n int64, 
 	sh := &m.shards[maphash.String(m.seed, key)&m.mask]
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
-	e := sh.entries[key]
+	e := sh.live(key, lim, nowMs)
 	isNew := e == nil
 	if isNew {
 		e = new(memoryEntry)

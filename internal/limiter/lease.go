@@ -98,7 +98,7 @@ func (m *MemoryStore) Issue(_ context.Context, key string, lim Limit, k int64, n
 	sh := &m.shards[maphash.String(m.seed, key)&m.mask]
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
-	e, isNew := sh.entries[key], false
+	e, isNew := sh.live(key, lim, nowMs), false
 	if e == nil {
 		e, isNew = new(memoryEntry), true
 	}

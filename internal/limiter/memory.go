@@ -43,10 +43,13 @@ type MemoryStoreOptions struct {
 // dropped. Taking on an existing key does not allocate (but for a growing log).
 //
 // An entry remembers the Limit it was last used with. When a key is used with a different Limit
-// (a policy was edited): if the Algorithm, Window, Mode or calendar (Period, Zone) changed the
-// state means something else, and the key starts fresh; otherwise (Limit, Burst or MaxDelay changed) the state is kept
-// and the transitions adapt it: counts are compared to the new limit, a bucket's content is
-// clamped to the new capacity.
+// (a policy was edited, a tenant's limit changed): if the Algorithm, Window, Mode or calendar
+// (Period, Zone) changed the state means something else, and the key starts fresh; if the
+// state had gone back to a fresh key's under the old Limit (its ResetAfter has passed), the key
+// starts fresh too, as it does in Redis, where the state expired with that ResetAfter as its
+// TTL; otherwise (Limit, Burst or MaxDelay changed) the state is kept and the transitions
+// adapt it: counts are compared to the new limit, a bucket's content is clamped to the new
+// capacity and refills (or leaks) at the new rate since the key's last decision.
 type MemoryStore struct {
 	shards []memoryShard
 	mask   uint64
@@ -66,6 +69,7 @@ type memoryEntry struct {
 	lim       Limit
 	kind      kind  // lim.Algorithm and Mode, for a switch without string compares
 	expiresAt int64 // ms since the epoch; from then on the state equals a fresh key's
+	latest    int64 // the latest instant the key was decided at, ms since the epoch
 	fixed     FixedWindowState
 	calendar  CalendarWindowState
 	counter   SlidingWindowCounterState
@@ -127,6 +131,10 @@ func (m *MemoryStore) Take(_ context.Context, key string, lim Limit, n int64, no
 		sh.mu.Unlock()
 		return Result{}, fmt.Errorf("%w: %w", ErrInvalidLimit, err)
 	}
+	if e != nil && e.expiredFor(lim, nowMs) {
+		sh.drop(key, e)
+		e = nil
+	}
 	if e != nil {
 		before := e.logEntries()
 		e.adapt(lim)
@@ -163,6 +171,7 @@ const (
 
 // take applies e's transition and records when its state will be a fresh key's again.
 func (e *memoryEntry) take(c, now int64) Result {
+	e.latest = max(e.latest, now)
 	var r Result
 	switch e.kind {
 	case kindFixedWindow:
@@ -229,6 +238,25 @@ func (sh *memoryShard) shed(key string) {
 func (sh *memoryShard) drop(k string, e *memoryEntry) {
 	sh.logEntries -= e.logEntries()
 	delete(sh.entries, k)
+}
+
+// expiredFor reports whether e, about to be used with lim at now, is to be forgotten: it was
+// last used with another Limit and its state is back to a fresh key's under that Limit (expired
+// by now, or by the latest instant it was decided at when the clock went back). Such a key
+// starts fresh, as in Redis, where its state has expired; see MemoryStore.
+func (e *memoryEntry) expiredFor(lim Limit, now int64) bool {
+	return e.lim != lim && e.expiresAt <= max(now, e.latest)
+}
+
+// live returns key's entry, to be used with lim at now, or nil when there is none or it is
+// expiredFor lim (it is then dropped).
+func (sh *memoryShard) live(key string, lim Limit, now int64) *memoryEntry {
+	e := sh.entries[key]
+	if e != nil && e.expiredFor(lim, now) {
+		sh.drop(key, e)
+		return nil
+	}
+	return e
 }
 
 // adapt moves e to lim (valid, different from e.lim); see MemoryStore.

@@ -47,13 +47,13 @@ func (m *MemoryStore) TakeRequest(_ context.Context, takes []Take, now time.Time
 	for i := range takes {
 		tk := &takes[i]
 		var j int
-		touch, j = m.touch(touch, tk.Key)
+		touch, j = m.touch(touch, tk.Key, tk.Limit, nowMs)
 		t := &touch[j]
 		if !t.isNew { // a new entry is dropped, not undone, when the request is denied
 			undos = append(undos, undo{})
 			undos[len(undos)-1].save(t.e)
 		}
-		if t.e.lim != tk.Limit {
+		if t.e.lim != tk.Limit { // a key decided once per request: touch checked its expiry
 			t.e.adapt(tk.Limit)
 		}
 		if tk.Check {
@@ -104,8 +104,8 @@ func (m *MemoryStore) lockShards(takes []Take, locks []int) []int {
 }
 
 // touch returns touch with the request's entry for key and its index: the entry an earlier
-// take touched, the shard's (its shard locked), or a new one.
-func (m *MemoryStore) touch(touch []touched, key string) ([]touched, int) {
+// take touched, the shard's (its shard locked) unless it is expiredFor lim at now, or a new one.
+func (m *MemoryStore) touch(touch []touched, key string, lim Limit, now int64) ([]touched, int) {
 	for j := range touch {
 		if touch[j].key == key {
 			return touch, j
@@ -113,6 +113,9 @@ func (m *MemoryStore) touch(touch []touched, key string) ([]touched, int) {
 	}
 	sh := &m.shards[maphash.String(m.seed, key)&m.mask]
 	t := touched{key: key, sh: sh, e: sh.entries[key]}
+	if t.e != nil && t.e.expiredFor(lim, now) {
+		t.e, t.replaces = nil, true // dropped if the request is admitted
+	}
 	if t.e == nil {
 		t.e, t.isNew = new(memoryEntry), true
 	}
@@ -136,6 +139,9 @@ func commit(touch []touched, nowMs int64) {
 		}
 	}
 	for j := range touch {
+		if t := &touch[j]; t.replaces {
+			t.sh.drop(t.key, t.sh.entries[t.key])
+		}
 		// A key the request leaves fresh need not be remembered, as in Take.
 		if t := &touch[j]; t.isNew && t.e.expiresAt > nowMs {
 			t.sh.makeRoom(nowMs)
@@ -151,6 +157,7 @@ type touched struct {
 	sh        *memoryShard
 	e         *memoryEntry
 	isNew     bool // created for the request, inserted when it is admitted
+	replaces  bool // isNew in place of an entry expiredFor the take's limit, dropped when admitted
 	logBefore int  // e's log capacity before the request
 }
 

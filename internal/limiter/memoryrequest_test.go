@@ -139,15 +139,20 @@ func TestMemoryStoreTakeRequestTables(t *testing.T) {
 type refEntry struct {
 	s   taker
 	lim Limit
+	// expires is when s is a fresh key's again under lim: the last take's now + ResetAfter;
+	// latest the latest instant it was decided at.
+	expires, latest int64
 }
 
 // refStore is the reference TakeRequest: the algorithms' Take on explicit copies of the states,
 // committed only when the request is admitted. A key used with another algorithm, window or
-// mode starts fresh, as in MemoryStore.
+// mode starts fresh, as in MemoryStore, and so does a key used with another Limit once its
+// state is back to a fresh key's (expired).
 type refStore map[string]refEntry
 
 func (ref refStore) takeRequest(takes []Take, now int64) ([]Result, bool) {
 	tent := map[string]refEntry{}
+	isNew := map[string]bool{} // keys the request found absent, or expired for its limit
 	res := make([]Result, len(takes))
 	for i, tk := range takes {
 		e, ok := tent[tk.Key]
@@ -155,17 +160,27 @@ func (ref refStore) takeRequest(takes []Take, now int64) ([]Result, bool) {
 			if e, ok = ref[tk.Key]; ok {
 				e.s = clone(e.s)
 			}
+			if ok && e.lim != tk.Limit && e.expires <= max(now, e.latest) {
+				ok = false // expired under its old limit: a new key, as if absent
+			}
+			isNew[tk.Key] = !ok
 		}
 		if !ok || e.lim.Algorithm != tk.Limit.Algorithm || e.lim.Window != tk.Limit.Window || e.lim.Mode != tk.Limit.Mode {
-			e.s = newState(tk.Limit.Algorithm)
+			e.s, e.latest = newState(tk.Limit.Algorithm), 0
 		}
+		e.latest = max(e.latest, now)
 		e.lim = tk.Limit
 		res[i] = e.s.Take(tk.Limit, tk.N, now)
+		e.expires = now + res[i].ResetAfter.Milliseconds()
 		tent[tk.Key] = e
 	}
 	admitted := Admitted(takes, res)
 	if admitted {
 		for k, e := range tent {
+			if isNew[k] && e.expires <= now {
+				delete(ref, k) // a new key the request leaves fresh is not remembered
+				continue
+			}
 			ref[k] = e
 		}
 	}

@@ -263,6 +263,69 @@ type Rule struct {
 	// minimumCost) is charged at admission, and what the response reports beyond it when the
 	// response ends.
 	ResponseCost *ResponseCost `json:"responseCost,omitempty"`
+	// Tenants, when set, gives the rule another limit (and burst) for some values of one of its
+	// key parts: each tenant's entry replaces Limit and Burst for the requests whose part has
+	// that value; every other request gets the rule's own.
+	Tenants *Tenants `json:"tenants,omitempty"`
+}
+
+// Tenants is a rule's table of limits per tenant, the value of one of its key parts.
+type Tenants struct {
+	// Part is the index in Rule.Key of the part whose value names the tenant.
+	Part int `json:"part"`
+	// Limits are the tenants' limits, sorted by Value and distinct.
+	Limits []TenantLimit `json:"limits"`
+}
+
+// TenantLimit is one tenant's limit: Limit in place of the rule's (0 denies every request of
+// the tenant, as a rule of limit 0 does) and, for TokenBucket and LeakyBucket, Burst in place
+// of the rule's burst (the writer applies its default: never 0 for a bucket with a limit); 0
+// for the other algorithms.
+type TenantLimit struct {
+	// Value is the key part's value that names the tenant, as a request carries it.
+	Value string `json:"value"`
+	Limit int64  `json:"limit"`
+	Burst int64  `json:"burst,omitempty"`
+}
+
+// WithLimit returns r with limit and burst in place of its own, and no Tenants: what one of its
+// tenants, or an Envoy descriptor's limit override, gets. Burst applies to TokenBucket and
+// LeakyBucket only (for the others it is ignored). A limit of 0 makes a Blocked rule, without
+// what a blocked rule does not take (cost, costHeader, lease, countWhen, responseCost, Queue).
+// A lease's maxUnits is capped at the new capacity, and the cost at it, so the rule stays valid.
+func (r Rule) WithLimit(limit, burst int64) Rule {
+	r.Tenants = nil
+	r.Limit, r.Burst = limit, 0
+	if r.Algorithm == string(limiter.TokenBucket) || r.Algorithm == string(limiter.LeakyBucket) {
+		r.Burst = burst
+	}
+	if limit == 0 {
+		r.Burst, r.Cost, r.CostHeader, r.Lease, r.CountWhen, r.ResponseCost = 0, 1, "", nil, nil, nil
+		if r.LeakyMode == string(limiter.Queue) {
+			r.LeakyMode, r.MaxDelayMs = string(limiter.Meter), 0
+		}
+		return r
+	}
+	capacity := r.LimiterLimit().Capacity()
+	if r.Lease != nil && r.Lease.MaxUnits > capacity {
+		l := *r.Lease
+		l.MaxUnits = capacity
+		r.Lease = &l
+	}
+	r.Cost = min(r.Cost, max(capacity, 1))
+	return r
+}
+
+// WithWindow returns r counting per windowMs, or per cal when cal is set (then windowMs is
+// 0): what an Envoy descriptor's limit override in another unit gets. A Concurrency rule has
+// no window to change.
+// A calendar rule takes no lease.
+func (r Rule) WithWindow(windowMs int64, cal *Calendar) Rule {
+	r.WindowMs, r.Calendar = windowMs, cal
+	if cal != nil {
+		r.WindowMs, r.Lease = 0, nil
+	}
+	return r
 }
 
 // SlotExpiry is the WindowMs the controller renders for a Concurrency rule: a holding that its

@@ -175,7 +175,71 @@ func (r Rule) validate() error {
 			return fmt.Errorf("lease.maxUnits %d is outside 0..%d (0: derived from the rate)", l.MaxUnits, r.LimiterLimit().Capacity())
 		}
 	}
-	return r.validateKey()
+	if err := r.validateKey(); err != nil {
+		return err
+	}
+	return r.validateTenants()
+}
+
+// ValidateTenants checks r's tenant table as Validate does: what the controller checks before
+// keeping a rule's last good table for the rule as it is now.
+func (r Rule) ValidateTenants() error { return r.validateTenants() }
+
+// validateTenants checks r's tenant table: a key part it has, entries sorted and distinct,
+// and each tenant's limit valid for the rule (as the rule would be with it, WithLimit), with a
+// cost that fits it.
+func (r Rule) validateTenants() error {
+	t := r.Tenants
+	if t == nil {
+		return nil
+	}
+	if t.Part < 0 || t.Part >= len(r.Key) {
+		return fmt.Errorf("tenants.part %d is not one of the key's %d parts", t.Part, len(r.Key))
+	}
+	bucket := r.Algorithm == string(limiter.TokenBucket) || r.Algorithm == string(limiter.LeakyBucket)
+	for i, e := range t.Limits {
+		if e.Value == "" {
+			return fmt.Errorf("tenants.limits[%d]: empty value", i)
+		}
+		if i > 0 && t.Limits[i-1].Value >= e.Value {
+			return fmt.Errorf("tenants.limits are not sorted and distinct at %q, %q", t.Limits[i-1].Value, e.Value)
+		}
+		if err := r.validateTenant(e, bucket); err != nil {
+			return fmt.Errorf("tenants.limits[%d] (%q): %w", i, e.Value, err)
+		}
+	}
+	return nil
+}
+
+// ValidateTenant checks one tenant's limit for r as validate checks the rule's own, with the
+// cost r charges: what the controller checks of each entry of a table before rendering it.
+func (r Rule) ValidateTenant(e TenantLimit) error {
+	return r.validateTenant(e, r.Algorithm == string(limiter.TokenBucket) || r.Algorithm == string(limiter.LeakyBucket))
+}
+
+func (r Rule) validateTenant(e TenantLimit, bucket bool) error {
+	switch {
+	case e.Limit == 0 && r.Algorithm == string(limiter.Concurrency):
+		return errors.New("limit 0 does not apply to Concurrency: at least 1")
+	case e.Limit == 0 && e.Burst != 0:
+		return errors.New("limit 0 denies every request: burst does not apply")
+	case e.Limit == 0:
+		return nil
+	case bucket && e.Burst < 1:
+		return fmt.Errorf("burst %d is below 1", e.Burst)
+	case !bucket && e.Burst != 0:
+		return fmt.Errorf("burst applies only to TokenBucket and LeakyBucket, not %s", r.Algorithm)
+	}
+	w := r
+	w.Limit, w.Burst = e.Limit, e.Burst
+	lim := w.LimiterLimit()
+	if err := lim.Validate(); err != nil {
+		return err
+	}
+	if r.Cost > lim.Capacity() {
+		return fmt.Errorf("the rule's cost %d is above the tenant's capacity %d: its requests could never pass", r.Cost, lim.Capacity())
+	}
+	return nil
 }
 
 // validateKey checks the rule's key parts.

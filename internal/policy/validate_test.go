@@ -104,3 +104,53 @@ func TestParseRejectsWhatReadersCannotUse(t *testing.T) {
 		}
 	}
 }
+
+// TestTenantsValidation: a table whose entry a reader could not use fails Parse, naming the
+// entry; a valid one parses.
+func TestTenantsValidation(t *testing.T) {
+	table := func(limits ...TenantLimit) func(*Rule) {
+		return func(r *Rule) { r.Tenants = &Tenants{Limits: limits} }
+	}
+	tests := map[string]struct {
+		mutate func(*Rule)
+		want   string
+	}{
+		"valid":               {table(TenantLimit{Value: "a", Limit: 5, Burst: 2}, TenantLimit{Value: "b", Limit: 0}), ""},
+		"part out of range":   {func(r *Rule) { r.Tenants = &Tenants{Part: 1} }, "tenants.part 1"},
+		"unsorted":            {table(TenantLimit{Value: "b", Limit: 5, Burst: 5}, TenantLimit{Value: "a", Limit: 5, Burst: 5}), "not sorted"},
+		"repeated":            {table(TenantLimit{Value: "a", Limit: 5, Burst: 5}, TenantLimit{Value: "a", Limit: 6, Burst: 6}), "not sorted and distinct"},
+		"empty value":         {table(TenantLimit{Value: "", Limit: 5, Burst: 5}), "empty value"},
+		"a bucket sans burst": {table(TenantLimit{Value: "a", Limit: 5}), "burst 0 is below 1"},
+		"blocked with burst":  {table(TenantLimit{Value: "a", Limit: 0, Burst: 3}), "burst does not apply"},
+		"above the bound":     {table(TenantLimit{Value: "a", Limit: 100_000_001, Burst: 1}), "limit 100000001"},
+		"below the cost": {func(r *Rule) {
+			r.Cost = 3
+			table(TenantLimit{Value: "a", Limit: 5, Burst: 2})(r)
+		}, "cost 3 is above the tenant's capacity 2"},
+		"burst on a window": {func(r *Rule) {
+			r.Algorithm, r.Burst = "FixedWindow", 0
+			table(TenantLimit{Value: "a", Limit: 5, Burst: 2})(r)
+		}, "burst applies only"},
+		"log above its bound": {func(r *Rule) {
+			r.Algorithm, r.Burst = "SlidingWindowLog", 0
+			table(TenantLimit{Value: "a", Limit: 10_001})(r)
+		}, "SlidingWindowLog"},
+	}
+	for name, tc := range tests {
+		t.Run(name, func(t *testing.T) {
+			d := validDoc()
+			tc.mutate(&d.Policies[0].Rules[0])
+			b, err := Marshal(d)
+			if err != nil {
+				t.Fatal(err)
+			}
+			_, err = Parse(b)
+			switch {
+			case tc.want == "" && err != nil:
+				t.Fatalf("valid table rejected: %v", err)
+			case tc.want != "" && (err == nil || !strings.Contains(err.Error(), tc.want)):
+				t.Fatalf("error %v, want one containing %q", err, tc.want)
+			}
+		})
+	}
+}

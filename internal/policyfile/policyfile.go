@@ -12,6 +12,7 @@ import (
 	"io"
 	"sync"
 
+	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apiextensions-apiserver/pkg/apis/apiextensions"
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	structuralschema "k8s.io/apiextensions-apiserver/pkg/apiserver/schema"
@@ -20,6 +21,7 @@ import (
 	"k8s.io/apiextensions-apiserver/pkg/apiserver/schema/listtype"
 	structuralpruning "k8s.io/apiextensions-apiserver/pkg/apiserver/schema/pruning"
 	apiservervalidation "k8s.io/apiextensions-apiserver/pkg/apiserver/validation"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	utiljson "k8s.io/apimachinery/pkg/util/json"
 	"k8s.io/apimachinery/pkg/util/validation/field"
@@ -76,12 +78,30 @@ var loadSchema = sync.OnceValues(func() (*schema, error) {
 // declare is an error naming its path ("unknown field \"spec.rules[0].keys\""), not pruned.
 // source names r in messages. The error lists every invalid document's field errors.
 func Decode(r io.Reader, source string) ([]v1alpha1.RateLimitPolicy, error) {
+	m, err := decode(r, source, false)
+	return m.Policies, err
+}
+
+// Manifests are what DecodeManifests reads: policies and the ConfigMaps beside them (the
+// tables of tenant limits the policies name).
+type Manifests struct {
+	Policies   []v1alpha1.RateLimitPolicy
+	ConfigMaps []corev1.ConfigMap
+}
+
+// DecodeManifests is Decode that also takes ConfigMaps (apiVersion v1), decoded strictly: a
+// field a ConfigMap does not have is an error.
+func DecodeManifests(r io.Reader, source string) (Manifests, error) {
+	return decode(r, source, true)
+}
+
+func decode(r io.Reader, source string, configMaps bool) (Manifests, error) {
+	var out Manifests
 	s, err := loadSchema()
 	if err != nil {
-		return nil, err
+		return out, err
 	}
 	reader := utilyaml.NewYAMLReader(bufio.NewReader(r))
-	var out []v1alpha1.RateLimitPolicy
 	var errs []error
 	for i := 0; ; i++ {
 		doc, err := reader.Read()
@@ -89,9 +109,18 @@ func Decode(r io.Reader, source string) ([]v1alpha1.RateLimitPolicy, error) {
 			break
 		}
 		if err != nil {
-			return nil, fmt.Errorf("%s: %w", source, err)
+			return Manifests{}, fmt.Errorf("%s: %w", source, err)
 		}
 		if len(bytes.TrimSpace(doc)) == 0 {
+			continue
+		}
+		if configMaps && isConfigMap(doc) {
+			var cm corev1.ConfigMap
+			if err := yaml.UnmarshalStrict(doc, &cm); err != nil {
+				errs = append(errs, fmt.Errorf("%s (document %d): ConfigMap: %w", source, i+1, err))
+				continue
+			}
+			out.ConfigMaps = append(out.ConfigMaps, cm)
 			continue
 		}
 		p, err := s.decode(doc)
@@ -99,9 +128,15 @@ func Decode(r io.Reader, source string) ([]v1alpha1.RateLimitPolicy, error) {
 			errs = append(errs, fmt.Errorf("%s (document %d): %w", source, i+1, err))
 			continue
 		}
-		out = append(out, *p)
+		out.Policies = append(out.Policies, *p)
 	}
 	return out, errors.Join(errs...)
+}
+
+// isConfigMap reports whether doc is a manifest of apiVersion v1, kind ConfigMap.
+func isConfigMap(doc []byte) bool {
+	var tm metav1.TypeMeta
+	return yaml.Unmarshal(doc, &tm) == nil && tm.APIVersion == "v1" && tm.Kind == "ConfigMap"
 }
 
 func (s *schema) decode(doc []byte) (*v1alpha1.RateLimitPolicy, error) {

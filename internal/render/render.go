@@ -37,8 +37,18 @@ func Compile(p *v1alpha1.RateLimitPolicy) (policy.Policy, error) {
 	if err := offlineTargets(p); err != nil {
 		return policy.Policy{}, err
 	}
-	out, _, err := compile(p, nil, nil)
+	out, _, err := compile(p, nil, nil, nil)
 	return out, err
+}
+
+// CompileTables is Compile with the rules' tables of tenant limits read through tables (nil:
+// none, every such rule renders without its table), and what became of each table.
+func CompileTables(p *v1alpha1.RateLimitPolicy, tables TenantTables) (policy.Policy, []TenantStatus, error) {
+	if err := offlineTargets(p); err != nil {
+		return policy.Policy{}, nil, err
+	}
+	out, st, err := compile(p, nil, nil, tables)
+	return out, st.tenants, err
 }
 
 // offlineTargets is why p cannot be rendered without the controller's view of its targets.
@@ -63,10 +73,18 @@ type Targets interface {
 	Target(p *v1alpha1.RateLimitPolicy) (Target, error)
 }
 
+// compileStatus is what became of what a policy reads beyond itself.
+type compileStatus struct {
+	// keysErr is why the key set Secret gave no key set: the policy compiled with the keys
+	// the KeySets said to keep.
+	keysErr error
+	// tenants is what became of each rule's table of tenant limits, in the spec's order.
+	tenants []TenantStatus
+}
+
 // compile compiles p, its targets resolved to t (nil: podSelector), its key set Secret read
-// from ks (nil: offline, none can be read). keysErr is why the Secret gave no key set, the
-// policy then compiling with the keys ks said to keep.
-func compile(p *v1alpha1.RateLimitPolicy, t *Target, ks KeySets) (out policy.Policy, keysErr, err error) {
+// from ks and its rules' tables of tenant limits from tables (nil: offline, none can be read).
+func compile(p *v1alpha1.RateLimitPolicy, t *Target, ks KeySets, tables TenantTables) (out policy.Policy, st compileStatus, err error) {
 	sel := p.Spec.PodSelector.DeepCopy()
 	if t != nil {
 		sel = t.Selector.DeepCopy()
@@ -79,10 +97,10 @@ func compile(p *v1alpha1.RateLimitPolicy, t *Target, ks KeySets) (out policy.Pol
 		Response:    policy.Response{StatusCode: 429, Headers: policy.HeaderStyle(v1alpha1.HeadersBoth)},
 	}
 	if _, err := metav1.LabelSelectorAsSelector(out.Selector); err != nil {
-		return policy.Policy{}, nil, fmt.Errorf("spec.podSelector: %w", err)
+		return policy.Policy{}, compileStatus{}, fmt.Errorf("spec.podSelector: %w", err)
 	}
-	if out.JWT, keysErr, err = compileJWT(p, ks); err != nil {
-		return policy.Policy{}, nil, err
+	if out.JWT, st.keysErr, err = compileJWT(p, ks); err != nil {
+		return policy.Policy{}, compileStatus{}, err
 	}
 	for _, c := range p.Spec.TrustedProxies {
 		out.TrustedProxies = append(out.TrustedProxies, string(c))
@@ -104,7 +122,7 @@ func compile(p *v1alpha1.RateLimitPolicy, t *Target, ks KeySets) (out policy.Pol
 	for i, r := range p.Spec.Rules {
 		rule, err := compileRule(r)
 		if err != nil {
-			return policy.Policy{}, nil, fmt.Errorf("spec.rules[%d] (%s): %w", i, r.Name, err)
+			return policy.Policy{}, compileStatus{}, fmt.Errorf("spec.rules[%d] (%s): %w", i, r.Name, err)
 		}
 		if t != nil && len(t.Routes) > 0 && !rule.Descriptor() {
 			if rule.Match == nil {
@@ -116,9 +134,11 @@ func compile(p *v1alpha1.RateLimitPolicy, t *Target, ks KeySets) (out policy.Pol
 	}
 	slices.SortFunc(out.Rules, func(a, b policy.Rule) int { return strings.Compare(a.Name, b.Name) })
 	if err := out.Validate(); err != nil {
-		return policy.Policy{}, nil, err
+		return policy.Policy{}, compileStatus{}, err
 	}
-	return out, keysErr, nil
+	// The tables after the rules are valid: an entry is checked against its rule.
+	st.tenants = withTenants(p, &out, tables)
+	return out, st, nil
 }
 
 // windowOf is r's windowMs: its window, or a Concurrency rule's holdings' expiry.
@@ -353,6 +373,8 @@ type Verdict struct {
 	// KeysErr, for a rendered policy whose key set comes from a Secret, is why the Secret gave
 	// no usable key set: the policy was rendered with the keys the KeySets said to keep.
 	KeysErr error
+	// Tenants is what became of each rule's table of tenant limits, in the spec's order.
+	Tenants []TenantStatus
 }
 
 // Build renders the policies of one namespace. Policies are considered oldest first (then by
@@ -375,7 +397,7 @@ func Build(namespace string, policies []v1alpha1.RateLimitPolicy, pods Pods) (*p
 		}
 		var (
 			compiled policy.Policy
-			keysErr  error
+			st       compileStatus
 			err      error
 		)
 		var t *Target
@@ -391,7 +413,8 @@ func Build(namespace string, policies []v1alpha1.RateLimitPolicy, pods Pods) (*p
 			continue
 		}
 		ks, _ := pods.(KeySets)
-		compiled, keysErr, err = compile(p, t, ks)
+		tables, _ := pods.(TenantTables)
+		compiled, st, err = compile(p, t, ks, tables)
 		if err != nil {
 			verdicts[p.Name] = Verdict{Err: err}
 			continue
@@ -405,7 +428,7 @@ func Build(namespace string, policies []v1alpha1.RateLimitPolicy, pods Pods) (*p
 		} else {
 			compiled.Pods = []string{} // no pod enforces it: the RLS document sets its own
 		}
-		v := Verdict{MatchedPods: compiled.Replicas, KeysErr: keysErr}
+		v := Verdict{MatchedPods: compiled.Replicas, KeysErr: st.keysErr, Tenants: st.tenants}
 		for _, k := range kept {
 			// A policy without a selector runs in no sidecar; its descriptor rules' counters
 			// are the policy's own, so a shared rule name is no conflict.

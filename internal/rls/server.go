@@ -25,6 +25,9 @@
 //   - response_headers_to_add carries the sidecar's RateLimit headers of the request's
 //     deciding rule, and Retry-After (when the request passes if nothing else arrives) when
 //     the request is over the limit.
+//   - A descriptor's limit override (RateLimitDescriptor.limit) replaces the limit and window
+//     of each rule it matches (config.Rule.WithOverride), over the rule's tenant table; one no
+//     rule can take (a year, more than a day) leaves the tenant's or the rule's own limit.
 //   - Without Redis each policy's failure mode applies: Local decides with this replica's
 //     share, Open answers OK, Closed answers the RPC with codes.Unavailable, so that Envoy's
 //     failure_mode_deny decides.
@@ -39,6 +42,7 @@ import (
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	rlsv3common "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	typev3 "github.com/envoyproxy/go-control-plane/envoy/type/v3"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/durationpb"
@@ -119,9 +123,16 @@ func (s *Server) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitReques
 			}
 			start := len(rq.Key)
 			rq.Key = r.Key.AppendDescriptor(rq.Key, func(k string) string { return entryValue(entries, k) })
-			rq.Add(r.Policy, r, string(rq.Key[start:]), n, check)
+			key := string(rq.Key[start:])
+			rule := r.ForKey(key) // the key's tenant's limit, when the rule has a table
+			if o := d.GetLimit(); o != nil {
+				if v, ok := r.WithOverride(override(o)); ok {
+					rule = v // over the tenant's: Envoy sent it for this request
+				}
+			}
+			rq.Add(r.Policy, rule, key, n, check)
 			sc.descs = append(sc.descs, i)
-			sc.rules = append(sc.rules, r)
+			sc.rules = append(sc.rules, rule)
 		}
 	}
 	if rq.Len() == 0 {
@@ -194,6 +205,31 @@ func hits(request uint32, d *rlsv3common.RateLimitDescriptor) (n int64, check bo
 	return int64(min(max(u, 1), uint64(maxCost))), false
 }
 
+// override is a descriptor's limit override as a rule takes it: requests_per_unit per
+// unit_multiplier (1 when unset) units of SECOND, MINUTE, HOUR or DAY, or per calendar month
+// (MONTH, multiplier 1). Any other unit (UNKNOWN, YEAR, several months) or a multiplier of 0
+// gives a window no rule takes (0, or beyond a day), which config.Rule.WithOverride ignores.
+func override(o *rlsv3common.RateLimitDescriptor_RateLimitOverride) config.Override {
+	m := int64(1)
+	if w := o.GetUnitMultiplier(); w != nil {
+		m = int64(w.GetValue())
+	}
+	ov := config.Override{Limit: int64(o.GetRequestsPerUnit())}
+	switch o.GetUnit() {
+	case typev3.RateLimitUnit_SECOND:
+		ov.WindowMs = m * time.Second.Milliseconds()
+	case typev3.RateLimitUnit_MINUTE:
+		ov.WindowMs = m * time.Minute.Milliseconds()
+	case typev3.RateLimitUnit_HOUR:
+		ov.WindowMs = m * time.Hour.Milliseconds()
+	case typev3.RateLimitUnit_DAY:
+		ov.WindowMs = m * 24 * time.Hour.Milliseconds()
+	case typev3.RateLimitUnit_MONTH:
+		ov.Month = m == 1
+	}
+	return ov
+}
+
 func entryValue(entries []*rlsv3common.RateLimitDescriptor_Entry, key string) string {
 	for _, e := range entries {
 		if e.GetKey() == key {
@@ -205,11 +241,16 @@ func entryValue(entries []*rlsv3common.RateLimitDescriptor_Entry, key string) st
 
 // currentLimit is the rule's limit as Envoy reports it: requests_per_unit the capacity that
 // decided (the shared limit, or this replica's share without Redis) per window, in the
-// largest unit that divides the window (with unit_multiplier when it is several); UNKNOWN for a
-// window that is not a whole number of seconds.
+// largest unit that divides the window (with unit_multiplier when it is several), or the
+// calendar period's unit (DAY, WEEK, MONTH); UNKNOWN for a window that is not a whole number of
+// seconds.
 func currentLimit(rule *config.Rule, res limiter.Result) *rlsv3.RateLimitResponse_RateLimit {
 	cl := &rlsv3.RateLimitResponse_RateLimit{Name: rule.Policy.Name + "/" + rule.Name,
 		RequestsPerUnit: uint32(min(res.Limit, math.MaxUint32))}
+	if u, ok := calendarUnits[rule.Limit.Period]; ok {
+		cl.Unit = u
+		return cl
+	}
 	w := rule.Limit.Window
 	for _, u := range []struct {
 		d    time.Duration
@@ -226,6 +267,12 @@ func currentLimit(rule *config.Rule, res limiter.Result) *rlsv3.RateLimitRespons
 	}
 	cl.Unit = rlsv3.RateLimitResponse_RateLimit_UNKNOWN
 	return cl
+}
+
+// calendarUnits are the units of a calendar rule's periods.
+var calendarUnits = map[limiter.Period]rlsv3.RateLimitResponse_RateLimit_Unit{
+	limiter.Day: rlsv3.RateLimitResponse_RateLimit_DAY, limiter.Week: rlsv3.RateLimitResponse_RateLimit_WEEK,
+	limiter.Month: rlsv3.RateLimitResponse_RateLimit_MONTH,
 }
 
 func (sc *scratch) reset() {

@@ -104,7 +104,9 @@ func (h *Handler) decide(ctx context.Context, cfg *config.Config, req *keys.Requ
 			// so no key is overwritten by the next.
 			start := len(rq.Key)
 			rq.Key = rule.Key.Append(rq.Key, req)
-			rq.Add(p, rule, string(rq.Key[start:]), rule.CostFrom(req.Header), len(rule.CountWhen) > 0)
+			key := string(rq.Key[start:])
+			rule := rule.ForKey(key) // the key's tenant's limit, when the rule has a table
+			rq.Add(p, rule, key, rule.CostFrom(req.Header), len(rule.CountWhen) > 0)
 		}
 	}
 	v := h.decider.Decide(ctx, rq, now)

@@ -114,6 +114,15 @@ type Rule struct {
 	// Quoted is the rule name as a structured-field string, for the RateLimit field.
 	Quoted  string
 	Metrics *metrics.Rule
+
+	// src is the rendered rule the limits were set from (setLimit), shares what this pod's
+	// share is computed from: what a variant is made of.
+	src    policy.Rule
+	shares shares
+	// tenants, when set, holds the rule's variant per tenant (tenants.go); overrides the
+	// variants Envoy's limit overrides asked for (descriptor rules only).
+	tenants   *tenants
+	overrides *overrides
 }
 
 // ResponseCost is a compiled policy.ResponseCost: where a response reports its cost.
@@ -244,60 +253,86 @@ func compilePolicyRules(p policy.Policy, podName string, m *metrics.Metrics, des
 		if r.Descriptor() != descriptors {
 			continue // a sidecar decides HTTP rules, the RLS server descriptor rules
 		}
-		lim := r.LimiterLimit()
-		if err := lim.Validate(); err != nil {
+		rule, err := compileRule(cp, p, r, podName, trusted, jwt, m)
+		if err != nil {
 			return nil, fmt.Errorf("rule %s: %w", r.Name, err)
 		}
-		quoted := strconv.Quote(r.Name)           // rule names are DNS labels: a valid sf-string as is
-		window := max(CeilSeconds(lim.Window), 1) // the draft's w is a positive integer
-		local, zero := LocalShare(lim, p, podName)
-		capacity := lim.Capacity()
-		if r.Blocked() {
-			local, zero, capacity = lim, true, 0
-		}
-		var lp *lease.Params
-		if r.Lease != nil {
-			lp = &lease.Params{MaxAge: r.Lease.MaxAge(), MaxUnits: r.Lease.MaxUnits}
-		}
-		cp.Rules = append(cp.Rules, &Rule{
-			Lease:        lp,
-			Policy:       cp,
-			Name:         r.Name,
-			Match:        keys.CompileMatch(r.Match).WithJWT(jwt),
-			Key:          keys.CompileKey(p.Name, r.Name, r.Key, trusted).WithJWT(jwt),
-			Limit:        lim,
-			Local:        local,
-			ZeroShare:    zero,
-			Blocked:      r.Blocked(),
-			Cost:         max(r.Cost, 1),
-			CostHeader:   r.CostHeader,
-			Shadow:       r.Mode == policy.Shadow,
-			Style:        cmp.Or(r.Headers, p.Response.Headers, policy.HeadersBoth),
-			Tokens:       r.ResponseCost != nil,
-			CountWhen:    r.CountWhen,
-			Queue:        lim.Algorithm == limiter.LeakyBucket && lim.Mode == limiter.Queue,
-			Descriptors:  descriptorsOf(r),
-			DraftPolicy:  quoted + ";q=" + strconv.FormatInt(capacity, 10) + ";w=" + strconv.FormatInt(window, 10),
-			LimitValue:   strconv.FormatInt(capacity, 10),
-			Draft7Policy: strconv.FormatInt(capacity, 10) + ";w=" + strconv.FormatInt(window, 10),
-			Quoted:       quoted,
-			Metrics:      m.ForRule(p.Name, r.Name),
-		})
-		if lim.Algorithm == limiter.Concurrency {
-			// The draft's unit for requests in flight; no window, and no reset: a slot frees
-			// when a request ends, which nothing knows in advance.
-			rule := cp.Rules[len(cp.Rules)-1]
-			rule.DraftPolicy = quoted + ";q=" + rule.LimitValue + `;qu="concurrent-requests"`
-			rule.Draft7Policy = rule.LimitValue
-			rule.Metrics.SlotsHeld = m.SlotsHeld(p.Name, r.Name)
-		}
-		if rc := r.ResponseCost; rc != nil {
-			rule := cp.Rules[len(cp.Rules)-1]
-			rule.ResponseCost = &ResponseCost{Header: rc.Header, Path: rc.Path()}
-			rule.Metrics.ResponseCostMissing = m.ResponseCostMissing(p.Name, r.Name)
-		}
+		cp.Rules = append(cp.Rules, rule)
 	}
 	return cp, nil
+}
+
+// compileRule compiles r of policy p (compiled into cp) for the pod podName.
+func compileRule(cp *Policy, p policy.Policy, r policy.Rule, podName string, trusted keys.Trusted, jwt *keys.JWT, m *metrics.Metrics) (*Rule, error) {
+	rule := &Rule{
+		Policy:      cp,
+		Name:        r.Name,
+		Match:       keys.CompileMatch(r.Match).WithJWT(jwt),
+		Key:         keys.CompileKey(p.Name, r.Name, r.Key, trusted).WithJWT(jwt),
+		CostHeader:  r.CostHeader,
+		Shadow:      r.Mode == policy.Shadow,
+		Style:       cmp.Or(r.Headers, p.Response.Headers, policy.HeadersBoth),
+		Tokens:      r.ResponseCost != nil,
+		CountWhen:   r.CountWhen,
+		Descriptors: descriptorsOf(r),
+		Quoted:      strconv.Quote(r.Name), // rule names are DNS labels: a valid sf-string as is
+		Metrics:     m.ForRule(p.Name, r.Name),
+		shares:      shares{pods: p.Pods, replicas: p.Replicas, pod: podName},
+	}
+	if err := rule.setLimit(r); err != nil {
+		return nil, err
+	}
+	if r.Algorithm == string(limiter.Concurrency) {
+		rule.Metrics.SlotsHeld = m.SlotsHeld(p.Name, r.Name)
+	}
+	if rc := r.ResponseCost; rc != nil {
+		rule.ResponseCost = &ResponseCost{Header: rc.Header, Path: rc.Path()}
+		rule.Metrics.ResponseCostMissing = m.ResponseCostMissing(p.Name, r.Name)
+	}
+	if r.Descriptor() {
+		rule.overrides = &overrides{applied: m.LimitOverride(p.Name, r.Name, true), ignored: m.LimitOverride(p.Name, r.Name, false)}
+	}
+	if r.Tenants != nil {
+		var err error
+		if rule.tenants, err = rule.compileTenants(*r.Tenants); err != nil {
+			return nil, err
+		}
+	}
+	return rule, nil
+}
+
+// setLimit sets the fields of rule that follow from r's limit: the limits, this pod's share,
+// the cost, the lease, the header values. A variant of the rule (a tenant's, an override's)
+// sets them again on a copy.
+func (rule *Rule) setLimit(r policy.Rule) error {
+	lim := r.LimiterLimit()
+	if err := lim.Validate(); err != nil {
+		return err
+	}
+	window := max(CeilSeconds(lim.Window), 1) // the draft's w is a positive integer
+	local, zero := LocalShare(lim, rule.shares.policy(), rule.shares.pod)
+	capacity := lim.Capacity()
+	if r.Blocked() {
+		local, zero, capacity = lim, true, 0
+	}
+	rule.src = r
+	rule.Limit, rule.Local, rule.ZeroShare, rule.Blocked = lim, local, zero, r.Blocked()
+	rule.Cost = max(r.Cost, 1)
+	rule.Queue = lim.Algorithm == limiter.LeakyBucket && lim.Mode == limiter.Queue
+	rule.Lease = nil
+	if r.Lease != nil {
+		rule.Lease = &lease.Params{MaxAge: r.Lease.MaxAge(), MaxUnits: r.Lease.MaxUnits}
+	}
+	rule.LimitValue = strconv.FormatInt(capacity, 10)
+	rule.DraftPolicy = rule.Quoted + ";q=" + rule.LimitValue + ";w=" + strconv.FormatInt(window, 10)
+	rule.Draft7Policy = rule.LimitValue + ";w=" + strconv.FormatInt(window, 10)
+	if lim.Algorithm == limiter.Concurrency {
+		// The draft's unit for requests in flight; no window, and no reset: a slot frees
+		// when a request ends, which nothing knows in advance.
+		rule.DraftPolicy = rule.Quoted + ";q=" + rule.LimitValue + `;qu="concurrent-requests"`
+		rule.Draft7Policy = rule.LimitValue
+	}
+	return nil
 }
 
 func descriptorsOf(r policy.Rule) []policy.DescriptorEntry {

@@ -367,11 +367,7 @@ func (k *Key) Append(dst []byte, req *Request) []byte {
 			if !k.trusted.Empty() && k.trusted.Contains(a) {
 				a = ClientIP(a, req.Header.Values("X-Forwarded-For"), k.trusted)
 			}
-			n := len(dst)
-			dst = append(dst, "00:"...) // an address is at most 39 bytes (IPv6)
-			dst = a.AppendTo(dst)
-			l := len(dst) - n - 3
-			dst[n], dst[n+1] = byte('0'+l/10), byte('0'+l%10)
+			dst = appendAddr(dst, a)
 		case policy.SourceHeader:
 			v, _ := req.Header.Get(p.Name)
 			if v == "" {
@@ -455,6 +451,61 @@ func (k *Key) FromValues(values []string) (string, error) {
 	}
 	req.RawQuery = query.Encode()
 	return string(k.Append(nil, &req)), nil
+}
+
+// appendAddr appends a client address as a key part: its two-digit length, ':', its text.
+func appendAddr(dst []byte, a netip.Addr) []byte {
+	n := len(dst)
+	dst = append(dst, "00:"...) // an address is at most 39 bytes (IPv6)
+	dst = a.AppendTo(dst)
+	l := len(dst) - n - 3
+	dst[n], dst[n+1] = byte('0'+l/10), byte('0'+l%10)
+	return dst
+}
+
+// PartOf returns part i of key, a key of this rule that Append or AppendDescriptor wrote, as
+// it is written there (see Key); ok is false for the rule's Missing key, which has no parts,
+// and for a key that is not the rule's. It does not allocate: the part is a substring of key.
+func (k *Key) PartOf(key string, i int) (part string, ok bool) {
+	s, found := strings.CutPrefix(key, k.prefix)
+	if !found || i < 0 || i >= len(k.parts) || s == "?" {
+		return "", false
+	}
+	for j := 0; ; j++ {
+		n := 0
+		if s != "" && s[0] == '#' {
+			n = 1 + 32 // '#' and the hex of 16 bytes of SHA-256
+		} else {
+			colon := strings.IndexByte(s, ':')
+			if colon <= 0 {
+				return "", false
+			}
+			l, err := strconv.Atoi(s[:colon])
+			if err != nil || l < 0 {
+				return "", false
+			}
+			n = colon + 1 + l
+		}
+		if n > len(s) {
+			return "", false
+		}
+		if j == i {
+			return s[:n], true
+		}
+		s = s[n:]
+	}
+}
+
+// EncodePart returns value v of part i as Append writes it into a key (PartOf returns it from
+// a request's key): a client address in its canonical text (an IPv4-mapped IPv6 address as
+// IPv4), any other value as it is, hashed when longer than MaxPartLen.
+func (k *Key) EncodePart(i int, v string) string {
+	if k.parts[i].Source == policy.SourceClientIP {
+		if a, err := netip.ParseAddr(v); err == nil {
+			return string(appendAddr(nil, a.Unmap().WithZone("")))
+		}
+	}
+	return string(appendPart(nil, v))
 }
 
 func appendPart(dst []byte, v string) []byte {

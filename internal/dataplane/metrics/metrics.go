@@ -54,6 +54,7 @@ type Metrics struct {
 	responseCostMissing *prometheus.CounterVec
 	slotsHeld           *prometheus.GaugeVec
 	jwt                 jwtCollectors
+	limitOverrides      *prometheus.CounterVec
 }
 
 // New creates the collectors and registers them, with the Go and process collectors, on a new
@@ -130,6 +131,11 @@ func New() *Metrics {
 	}, policyRuleLabels)
 	m.Registry.MustRegister(m.slotsHeld)
 	m.jwt = newJWTCollectors(m.Registry)
+	m.limitOverrides = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "sluice_limit_overrides_total",
+		Help: "Envoy descriptors whose limit override a descriptor rule decided, by policy, rule and outcome: applied, or ignored (an override no rule of that algorithm can take: the rule's own limit applied).",
+	}, append(policyRuleLabels[:len(policyRuleLabels):len(policyRuleLabels)], "outcome"))
+	m.Registry.MustRegister(m.limitOverrides)
 	m.Registry.MustRegister(m.requests, m.fallback, m.DecisionSeconds, m.RedisErrors, m.BreakerState,
 		m.BreakerTransitions, m.ConfigGeneration, m.ConfigReloads, m.ReloadFailures, m.ConfigPolicies,
 		m.QueueDelaySeconds, m.QueueAbandoned, m.UpstreamErrors, m.OutageUnits, m.responseCostMissing,
@@ -181,6 +187,16 @@ func (m *Metrics) ResponseCostMissing(policyName, rule string) prometheus.Counte
 // created only for those, so other rules have no such series.
 func (m *Metrics) SlotsHeld(policyName, rule string) prometheus.Gauge {
 	return m.slotsHeld.WithLabelValues(policyName, rule)
+}
+
+// LimitOverride returns the sluice_limit_overrides_total counter of a descriptor rule's
+// overrides applied (or ignored); it is created only for those rules.
+func (m *Metrics) LimitOverride(policyName, rule string, applied bool) prometheus.Counter {
+	outcome := "ignored"
+	if applied {
+		outcome = "applied"
+	}
+	return m.limitOverrides.WithLabelValues(policyName, rule, outcome)
 }
 
 // ForRule returns the counters of a rule.

@@ -200,7 +200,7 @@ func (e *Engine) Take(ctx context.Context, key string, lim limiter.Limit, p Para
 	}
 	if changed { // the rule changed: end the lease, start afresh
 		e.end(ctx, key, en)
-		*en = entry{lim: lim, p: p, obsStart: nowMs, lastUse: nowMs, gen: en.gen + 1}
+		en.restart(lim, p, nowMs)
 	}
 	if ok, err := e.renew(ctx, key, en, n, now); err != nil {
 		return limiter.Result{}, err
@@ -226,6 +226,16 @@ func (e *Engine) Take(ctx context.Context, key string, lim limiter.Limit, p Para
 		en.obsSpent += n
 	}
 	return r, nil
+}
+
+// restart makes en (locked, its lease ended, nothing reserved) a key that has seen nothing of
+// lim and p as of nowMs. Field by field: en's mutex is held, and assigning a new entry would
+// unlock it.
+func (en *entry) restart(lim limiter.Limit, p Params, nowMs int64) {
+	en.lim, en.p, en.g, en.units, en.expires = lim, p, limiter.Grant{}, 0, 0
+	en.obsStart, en.obsSpent, en.lastK = nowMs, 0, 0
+	en.remaining, en.known, en.denied, en.lastUse = 0, false, false, nowMs
+	en.gen++
 }
 
 // renew ends en's lease and issues the next one for a request of cost n at now, spending n

@@ -154,3 +154,74 @@ func TestDifferentialLongLog(t *testing.T) {
 		}
 	}
 }
+
+// TestDifferentialLimitChanges replays seeded random traces in which each key's limit changes
+// now and then (a tenant's entry edited, an Envoy override: the same algorithm, window and
+// mode, another limit, burst or maxDelay), through the Redis store and limiter.MemoryStore:
+// every Result must be identical, so the arithmetic of a limit changed mid-window is the same
+// in both. A key whose state expired under its old limit (its TTL with Redis's clock, the
+// ResetAfter of its last decision, counted from the latest instant it was decided at when the
+// trace's clock goes back) starts fresh in both: with explicit time Redis keeps every key, so
+// the trace deletes the key where Redis's clock would have expired it.
+func TestDifferentialLimitChanges(t *testing.T) {
+	const sets, steps = 30, 300
+	srv := redisserver.StartTest(t)
+	client := newClient(t, srv.URL())
+	for i, base := range limiter.Variants(1, time.Second, 0, 0) {
+		t.Run(base.Name(), func(t *testing.T) {
+			t.Parallel()
+			rng := rand.New(rand.NewPCG(20261207, uint64(i)))
+			for set := range sets {
+				// A few limits of one algorithm, window and mode, as a tenant table holds.
+				first := randomLimit(rng, base)
+				lims := []limiter.Limit{first}
+				for range 2 {
+					l := randomLimit(rng, base)
+					l.Window = first.Window
+					if err := l.Validate(); err != nil {
+						t.Fatal(err)
+					}
+					lims = append(lims, l)
+				}
+				rs := newStore(t, client, Options{Prefix: freshPrefix("change"), Timeout: testTimeout, ExplicitTime: true})
+				ms := limiter.NewMemoryStore(limiter.MemoryStoreOptions{})
+				keys := []string{"a", "b", "c"}[:1+rng.IntN(3)]
+				type seen struct {
+					lim             limiter.Limit
+					expires, latest int64
+				}
+				last := map[string]seen{}
+				now := t0 + rng.Int64N(first.WindowMs())
+				var trace []string
+				for step := range steps {
+					key := pick(rng, keys...)
+					lim := last[key].lim
+					if _, ok := last[key]; !ok || rng.IntN(8) == 0 {
+						lim = pick(rng, lims...)
+					}
+					now = min(max(0, now+randomGap(rng, lim)), limiter.MaxNowMs)
+					latest := now
+					if s, ok := last[key]; ok && s.lim != lim && s.expires <= max(now, s.latest) {
+						if _, err := rs.Reset(context.Background(), key, lim); err != nil {
+							t.Fatal(err)
+						}
+					} else if ok {
+						latest = max(now, s.latest)
+					}
+					c := randomCost(rng, lim.Capacity())
+					want, werr := ms.Take(context.Background(), key, lim, c, time.UnixMilli(now))
+					got, gerr := rs.Take(context.Background(), key, lim, c, time.UnixMilli(now))
+					trace = append(trace, fmt.Sprintf("  %3d key=%s now=%d lim=%d/%d/%d c=%d -> %+v", step, key, now, lim.Limit, lim.Burst, lim.MaxDelay.Milliseconds(), c, want))
+					if werr != nil || gerr != nil {
+						t.Fatalf("set %d step %d: memory error %v, redis error %v", set, step, werr, gerr)
+					}
+					if got != want {
+						t.Fatalf("set %d %+v, step %d (key %s, now %d, cost %d):\nredis  %+v\nmemory %+v\ntrace (last 20):\n%s",
+							set, lim, step, key, now, c, got, want, strings.Join(trace[max(0, len(trace)-20):], "\n"))
+					}
+					last[key] = seen{lim, now + want.ResetAfter.Milliseconds(), latest}
+				}
+			}
+		})
+	}
+}

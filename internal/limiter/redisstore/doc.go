@@ -54,8 +54,9 @@
 //     that the key name fits a 32-byte allocation).
 //   - A policy edit that changes the algorithm, the window or the leaky mode moves the limiter to
 //     a new key (the old one expires): the state's units depend on them. Edits of the limit,
-//     burst or maxDelay keep the state, whose transitions clamp it to the new capacity. This is
-//     how limiter.MemoryStore treats edits too, with one difference: switching a key back to its
+//     burst or maxDelay keep the state, whose transitions clamp it to the new capacity (a state
+//     that expired under the old limit is gone: the key starts fresh). This is how
+//     limiter.MemoryStore treats edits too, with one difference: switching a key back to its
 //     previous algorithm or window within the old state's TTL finds the old state.
 //
 // The state per algorithm, each key with a TTL (see below); the window and bucket algorithms
