@@ -495,6 +495,10 @@ type Rule struct {
 // "true": the controller watches (and reads) only those.
 const TenantLimitsLabel = "sluice.dev/tenant-limits"
 
+// LabelEnabled is the value of TenantLimitsLabel and JWKSSecretLabel on the objects the
+// controller reads.
+const LabelEnabled = "true"
+
 // TenantLimitsSpec names a rule's table of limits per tenant.
 type TenantLimitsSpec struct {
 	// configMapName names the ConfigMap, in the policy's namespace, that holds the table. It

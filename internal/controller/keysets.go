@@ -47,7 +47,7 @@ func newKeySetView(ctx context.Context, c client.Reader, ns string, policies []v
 		return v, nil
 	}
 	var secrets corev1.SecretList
-	if err := c.List(ctx, &secrets, client.InNamespace(ns), client.MatchingLabels{v1alpha1.JWKSSecretLabel: "true"}); err != nil {
+	if err := c.List(ctx, &secrets, client.InNamespace(ns), client.MatchingLabels{v1alpha1.JWKSSecretLabel: v1alpha1.LabelEnabled}); err != nil {
 		return nil, err
 	}
 	for i := range secrets.Items {
@@ -124,5 +124,5 @@ func setKeySetStatus(p *v1alpha1.RateLimitPolicy, v render.Verdict, set func(met
 
 // jwksSecret reports whether o is a Secret the controller reads key sets from.
 func jwksSecret(o client.Object) bool {
-	return o.GetLabels()[v1alpha1.JWKSSecretLabel] == "true"
+	return o.GetLabels()[v1alpha1.JWKSSecretLabel] == v1alpha1.LabelEnabled
 }

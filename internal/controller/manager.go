@@ -31,7 +31,7 @@ func NewScheme() *runtime.Scheme {
 func CacheOptions() cache.Options {
 	return cache.Options{ByObject: map[client.Object]cache.ByObject{
 		&corev1.ConfigMap{}: {Label: labels.SelectorFromSet(labels.Set{ManagedByLabel: ManagedByValue})},
-		&corev1.Secret{}:    {Label: labels.SelectorFromSet(labels.Set{v1alpha1.JWKSSecretLabel: "true"})},
+		&corev1.Secret{}:    {Label: labels.SelectorFromSet(labels.Set{v1alpha1.JWKSSecretLabel: v1alpha1.LabelEnabled})},
 	}}
 }
 

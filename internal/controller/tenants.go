@@ -45,7 +45,7 @@ func tenantTablesCache(mgr ctrl.Manager) (cache.Cache, error) {
 	c, err := cache.New(mgr.GetConfig(), cache.Options{
 		Scheme: mgr.GetScheme(), Mapper: mgr.GetRESTMapper(),
 		ByObject: map[client.Object]cache.ByObject{
-			&corev1.ConfigMap{}: {Label: labels.SelectorFromSet(labels.Set{v1alpha1.TenantLimitsLabel: "true"})},
+			&corev1.ConfigMap{}: {Label: labels.SelectorFromSet(labels.Set{v1alpha1.TenantLimitsLabel: v1alpha1.LabelEnabled})},
 		},
 	})
 	if err != nil {
