@@ -10,6 +10,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/redis/go-redis/v9"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
@@ -25,7 +26,9 @@ const quotaUsage = `usage: sluicectl quota get|reset -n NAMESPACE --policy NAME 
          --redis-url URL [--policies FILE | --kubeconfig FILE [--context NAME]]
 
 get shows the state of one counter of a rule: remaining, when it is back to full, and the debt a
-TokenBucket owes after charges from responses; reset deletes it, as if never seen. --key gives
+TokenBucket owes after charges from responses; of a Concurrency rule, the slots held and each
+holding (the sidecar's holder id, the request's number, when it expires unless renewed). reset
+deletes it, as if never seen (a Concurrency key's requests in flight then hold nothing). --key gives
 the key parts' values in the rule's order (a client address, a header's or query parameter's
 value, a path, a method): the Redis key is built from them by the sidecar's own code. The rule
 is read from the namespace's rendered policies: the sluice-policies ConfigMap (via the API
@@ -102,6 +105,13 @@ func runQuota(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stdout, "%s: reset; its next request starts from a full limit\n", name)
 		return 0
 	}
+	if lim.Algorithm == limiter.Concurrency {
+		if err := printHoldings(ctx, stdout, client, store, name, key, lim); err != nil {
+			fmt.Fprintf(stderr, "sluicectl quota: %v\n", err)
+			return 1
+		}
+		return 0
+	}
 	st, err := store.Inspect(ctx, key, lim, time.Now())
 	if err != nil {
 		fmt.Fprintf(stderr, "sluicectl quota: %v\n", err)
@@ -119,6 +129,38 @@ func runQuota(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stdout, "  denied:    every request until the debt is paid, in %s\n", r.RetryAfter)
 	}
 	return 0
+}
+
+// printHoldings shows a Concurrency key: its limit, the slots held now and each holding, with
+// how long until it expires unless its sidecar renews it, on Redis's clock (the one the
+// holdings are scored on). Expired holdings that no decision has dropped yet are listed as
+// expired and not counted.
+func printHoldings(ctx context.Context, w io.Writer, client redis.UniversalClient, store *redisstore.Store, name, key string, lim limiter.Limit) error {
+	hs, err := store.Holdings(ctx, key, lim)
+	if err != nil {
+		return err
+	}
+	now, err := client.Time(ctx).Result()
+	if err != nil {
+		return err
+	}
+	held := 0
+	for _, h := range hs {
+		if h.Expires.After(now) {
+			held++
+		}
+	}
+	fmt.Fprintf(w, "%s\n  limit:     %d requests in flight (Concurrency)\n  held:      %d\n  free:      %d\n",
+		name, lim.Limit, held, max(lim.Limit-int64(held), 0))
+	for _, h := range hs {
+		left := h.Expires.Sub(now).Truncate(time.Millisecond)
+		if left <= 0 {
+			fmt.Fprintf(w, "  holder %d request %d: expired %s ago\n", h.Holder, h.Number, -left)
+			continue
+		}
+		fmt.Fprintf(w, "  holder %d request %d: expires in %s unless renewed\n", h.Holder, h.Number, left)
+	}
+	return nil
 }
 
 // quotaKey finds the rule and builds its limiter key from the values as the sidecar does.

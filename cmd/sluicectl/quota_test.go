@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"context"
+	"fmt"
 	"net/netip"
 	"os"
 	"path/filepath"
@@ -15,6 +16,7 @@ import (
 	"github.com/sluice-dev/sluice/internal/dataplane/config"
 	"github.com/sluice-dev/sluice/internal/dataplane/keys"
 	"github.com/sluice-dev/sluice/internal/dataplane/metrics"
+	"github.com/sluice-dev/sluice/internal/limiter"
 	"github.com/sluice-dev/sluice/internal/limiter/redisstore"
 	"github.com/sluice-dev/sluice/internal/policy"
 	"github.com/sluice-dev/sluice/internal/testutil/redisserver"
@@ -101,5 +103,73 @@ func TestQuotaGetReset(t *testing.T) {
 	if code := run([]string{"quota", "get", "-n", "shop", "--policy", "api", "--rule", "tokens", "--key", "only-one", "--redis-url", srv.URL(), "--policies", file}, nil, &stdout, &stderr); code != 1 ||
 		!strings.Contains(stderr.String(), "the key has 2 parts, 1 values given") {
 		t.Fatalf("wrong number of values: exit %d, %s", code, stderr.String())
+	}
+}
+
+// TestQuotaGetConcurrency takes slots of a Concurrency key on a real redis-server with the
+// sidecar's configuration, key and store code, and finds them with `sluicectl quota get`: the
+// slots held, what is free, each holding by holder and request; a release shows at once.
+func TestQuotaGetConcurrency(t *testing.T) {
+	srv := redisserver.StartTest(t)
+	doc := &policy.Document{Version: policy.Version, Namespace: "llm", Policies: []policy.Policy{{
+		Name: "gateway", Selector: &metav1.LabelSelector{}, Replicas: 1, FailureMode: "Local", Response: policy.Response{StatusCode: 429, Headers: "Both"},
+		Rules: []policy.Rule{{Name: "streams", Algorithm: "Concurrency", Limit: 4, WindowMs: policy.SlotExpiry.Milliseconds(), Cost: 1, Mode: "Enforce",
+			Key: []policy.KeyPart{{Source: policy.SourceHeader, Name: "X-Api-Key"}}}},
+	}}}
+	data, err := policy.Marshal(doc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	file := filepath.Join(t.TempDir(), "policies.json")
+	if err := os.WriteFile(file, data, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	parsed, err := policy.Parse(data)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg, err := config.Compile(parsed, nil, metrics.New())
+	if err != nil {
+		t.Fatal(err)
+	}
+	rule := cfg.Policies[0].Rules[0]
+	req := keys.Request{Method: "POST", Path: "/v1/chat", Header: keys.HTTPHeader{"X-Api-Key": {"key-a"}}}
+	key := string(rule.Key.Append(nil, &req))
+
+	client, err := redisstore.NewClientFromURL(srv.URL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer client.Close()
+	store := redisstore.New(client, redisstore.Options{Timeout: 5 * time.Second})
+	defer store.Close()
+	ctx := context.Background()
+	for h := int64(1); h <= 2; h++ {
+		takes := []limiter.Take{{Key: key, Limit: rule.Limit, N: 1, Holder: h}}
+		res := make([]limiter.Result, 1)
+		if ok, err := store.TakeRequest(ctx, takes, time.Now(), res); err != nil || !ok {
+			t.Fatalf("take of holding %d: %v %+v", h, err, res[0])
+		}
+	}
+	get := func() string {
+		t.Helper()
+		var stdout, stderr bytes.Buffer
+		args := []string{"quota", "get", "-n", "llm", "--policy", "gateway", "--rule", "streams", "--key", "key-a", "--redis-url", srv.URL(), "--policies", file}
+		if code := run(args, nil, &stdout, &stderr); code != 0 {
+			t.Fatalf("get: exit %d, stderr %s", code, stderr.String())
+		}
+		return stdout.String()
+	}
+	holding := func(h int64) string { return fmt.Sprintf("holder %d request %d: expires in ", store.HolderID(), h) }
+	out := get()
+	if !strings.Contains(out, "limit:     4 requests in flight") || !strings.Contains(out, "held:      2\n") ||
+		!strings.Contains(out, "free:      2\n") || !strings.Contains(out, holding(1)) || !strings.Contains(out, holding(2)) {
+		t.Fatalf("get with 2 slots held:\n%s", out)
+	}
+	if err := store.Release(ctx, key, rule.Limit, 1); err != nil {
+		t.Fatal(err)
+	}
+	if out := get(); !strings.Contains(out, "held:      1\n") || strings.Contains(out, holding(1)) || !strings.Contains(out, holding(2)) {
+		t.Fatalf("get after releasing holding 1:\n%s", out)
 	}
 }
