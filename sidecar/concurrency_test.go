@@ -449,3 +449,109 @@ func TestConcurrencyLocalShares(t *testing.T) {
 		t.Errorf("the application saw %d requests at once, want 5", m)
 	}
 }
+
+// TestConcurrencyRedisKilledMidLoad: Redis is killed while pod a holds 2 slots it took there.
+// With Redis gone the pods keep to their shares (a 3, its 2 included, b 2), so the
+// application sees 5 at once, never more. Redis comes back empty: the sidecars make every
+// slot still held known to it again (the 2 taken before the outage as well as the 3 taken
+// locally), so it denies a sixth; once the requests end it holds nothing (no slot leaked),
+// and it admits exactly 5 again (none released twice).
+func TestConcurrencyRedisKilledMidLoad(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds the binary")
+	}
+	up := newSlowUpstream(t)
+	r := redisserver.StartTest(t)
+	sc := twoSidecars(t, up, r.URL(), "200ms")
+	a, b := sc[0], sc[1]
+	ro, err := redis.ParseURL(r.URL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	rc := redis.NewClient(ro)
+	defer rc.Close()
+	// held is the number of holdings Redis has for the policy's one Concurrency key.
+	held := func() (int64, error) {
+		ks, err := rc.Keys(context.Background(), "sluice:*").Result()
+		if err != nil || len(ks) == 0 {
+			return 0, err
+		}
+		if len(ks) != 1 {
+			return 0, fmt.Errorf("keys %v: want the one Concurrency key", ks)
+		}
+		return rc.ZCard(context.Background(), ks[0]).Result()
+	}
+	waitHeld := func(n int64) {
+		t.Helper()
+		st.Eventually(t, func() error {
+			got, err := held()
+			if err != nil {
+				return err
+			}
+			if got != n {
+				return fmt.Errorf("Redis holds %d slots, want %d", got, n)
+			}
+			return nil
+		})
+	}
+	codes := make(chan int, 20)
+	send := func(s *sidecar, n int) {
+		for range n {
+			go func() { c, _, _ := get(t, s, "/slow", "k"); codes <- c }()
+		}
+	}
+	send(a, 2)
+	up.waitInflight(t, 2)
+	waitHeld(2)
+
+	r.Kill()
+	send(a, 5)
+	send(b, 5)
+	for range 7 { // a admits 1 beside its 2, b admits 2
+		if c := <-codes; c != http.StatusTooManyRequests {
+			t.Fatalf("%d with Redis gone and the shares full, want 429", c)
+		}
+	}
+	up.waitInflight(t, 5)
+	waitSlots(t, a, 3)
+	waitSlots(t, b, 2)
+
+	r.Restart()
+	waitHeld(5)
+	if c, _, body := get(t, b, "/fast", "k"); c != http.StatusTooManyRequests {
+		t.Fatalf("a sixth request after Redis came back: %d %s, want 429", c, body)
+	}
+	up.open()
+	for range 5 {
+		if c := <-codes; c != http.StatusOK {
+			t.Fatalf("a held request answered %d", c)
+		}
+	}
+	waitSlots(t, a, 0)
+	waitSlots(t, b, 0)
+	waitHeld(0)
+
+	// Every pod decides in Redis again (its breaker closed): exactly 5 of 6 are admitted.
+	st.Eventually(t, func() error {
+		if c, _, _ := get(t, a, "/fast", "k"); c != http.StatusOK {
+			return fmt.Errorf("pod a answers %d", c)
+		}
+		return nil
+	})
+	send(a, 3)
+	send(b, 3)
+	if c := <-codes; c != http.StatusTooManyRequests {
+		t.Fatalf("%d: want one of 6 denied", c)
+	}
+	up.waitInflight(t, 5)
+	waitHeld(5)
+	up.open()
+	for range 5 {
+		if c := <-codes; c != http.StatusOK {
+			t.Fatalf("a held request answered %d", c)
+		}
+	}
+	if m := up.max.Load(); m != 5 {
+		t.Errorf("the application saw %d requests at once, want 5", m)
+	}
+}

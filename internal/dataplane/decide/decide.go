@@ -191,7 +191,11 @@ func (d *Decider) TakeRequest(ctx context.Context, pols []*config.Policy, rules 
 			return nil, nil, Canceled, false
 		}
 	}
-	// Without Redis: keep the Local policies' rules, in order, in place.
+	// Without Redis: keep the Local policies' rules, in order, in place. Redis may come back
+	// without the slots held in it: the next renewal that reaches it renews them all.
+	if !d.slots.stale.Load() {
+		d.slots.stale.Store(true)
+	}
 	kept := 0
 	for i, rule := range rules {
 		p := pols[i]

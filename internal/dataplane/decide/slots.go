@@ -6,6 +6,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/sluice-dev/sluice/internal/dataplane/breaker"
 	"github.com/sluice-dev/sluice/internal/dataplane/config"
 	"github.com/sluice-dev/sluice/internal/limiter"
 )
@@ -18,14 +19,14 @@ import (
 // wherever it was taken: so while Redis cannot decide, the replica admits only while all its
 // requests in flight, those admitted through Redis before included, are within its share.
 // Slots taken in Redis are renewed there while held (RenewSlots, every third of their
-// expiry), so they outlive a replica that dies by at most their expiry. Slots taken locally
-// are adopted by Redis once it answers again (at the next RenewSlots), so that they count
-// there until released.
+// expiry), so they outlive a replica that dies by at most their expiry. Once Redis answers
+// again after it could not be reached, the next RenewSlots renews every slot held, those taken
+// locally and those Redis may have lost alike, so that they count there until released.
 
-// SlotRenewer renews and adopts holdings in the shared store (redisstore.Store).
+// SlotRenewer renews holdings in the shared store (redisstore.Store): each is held, expiring
+// its limit's Window after now, whether the store still had it or not.
 type SlotRenewer interface {
 	Renew(ctx context.Context, key string, lim limiter.Limit, holders []int64, now time.Time) (int, error)
-	Adopt(ctx context.Context, key string, lim limiter.Limit, holders []int64, now time.Time) (int, error)
 }
 
 // slotHolder counts slots taken elsewhere (limiter.MemoryStore.Hold).
@@ -46,7 +47,7 @@ type slot struct {
 	rule   *config.Rule
 	key    string
 	holder int64
-	// remote is true once the slot is held in Redis (taken or adopted there), under d.slots.mu.
+	// remote is true once the slot is held in Redis (taken or renewed there), under d.slots.mu.
 	remote bool
 	// renewed is when the slot was taken or last renewed (the Decider's clock), under
 	// Decider.mu.
@@ -59,6 +60,9 @@ type holdings struct {
 	live map[*Holding]struct{}
 	// next numbers the holdings (limiter.Take.Holder), never reused while the process runs.
 	next atomic.Int64
+	// stale is set when Redis could not be reached (by a renewal, a decision or a release): the
+	// next renewal that reaches it renews every slot held, not only those due.
+	stale atomic.Bool
 }
 
 // numberSlots gives each Concurrency take of takes a fresh holder number.
@@ -126,8 +130,8 @@ func (h *Holding) Release() {
 		if local != nil {
 			_ = local.Release(context.Background(), s.key, s.rule.Local, s.holder)
 		}
-		// A slot being adopted now is released by the adoption, which finds the Holding
-		// gone from the register.
+		// A slot being renewed for the first time now is released by the renewal, which
+		// finds the Holding gone from the register.
 		if remote == nil || !remoteOf[i] {
 			continue
 		}
@@ -165,44 +169,42 @@ func (d *Decider) SlotsHeld() int {
 }
 
 // RenewSlots renews the slots held in Redis that are due: each a third of its expiry after it
-// was taken or last renewed, the slots of one key in one call. The engine calls it every
-// tick. A slot whose renewal finds it gone (it expired while Redis could not be reached) is no
-// longer held in Redis; its request keeps running, and its release then changes nothing.
+// was taken or last renewed, the slots of one key in one call; it makes those taken locally
+// known to Redis; and, the first time Redis answers after it could not be reached, it renews
+// every slot held, since Redis may have lost them (restarted empty, or let them expire while
+// this replica was cut off). The engine calls it every tick. A renewal holds a slot again
+// whether Redis still had it or not: its request still runs.
 func (d *Decider) RenewSlots(ctx context.Context) {
 	if r, ok := d.opts.Remote.(SlotRenewer); ok {
 		d.renewDue(ctx, r)
 	}
 }
 
-// renewDue renews the slots held in Redis that are due, and adopts those taken locally.
+// renewDue renews the slots held in Redis that are due, and those taken locally; every slot
+// when Redis was out of reach since the last complete renewal.
 func (d *Decider) renewDue(ctx context.Context, r SlotRenewer) {
 	type group struct {
 		key     string
 		lim     limiter.Limit
-		adopt   bool
 		holders []int64
 		slots   []*slot
 		of      []*Holding
 	}
 	now := d.opts.Clock.Now()
+	all := d.slots.stale.Load()
 	var groups []*group
-	type gk struct {
-		key   string
-		adopt bool
-	}
-	byKey := map[gk]*group{}
+	byKey := map[string]*group{}
 	d.slots.mu.Lock()
 	for h := range d.slots.live {
 		for i := range h.slots {
 			s := &h.slots[i]
-			if s.remote && now.Sub(s.renewed) < s.rule.Limit.Window/3 {
+			if !all && s.remote && now.Sub(s.renewed) < s.rule.Limit.Window/3 {
 				continue
 			}
-			k := gk{s.key, !s.remote}
-			g := byKey[k]
+			g := byKey[s.key]
 			if g == nil {
-				g = &group{key: s.key, lim: s.rule.Limit, adopt: !s.remote}
-				byKey[k] = g
+				g = &group{key: s.key, lim: s.rule.Limit}
+				byKey[s.key] = g
 				groups = append(groups, g)
 			}
 			g.holders = append(g.holders, s.holder)
@@ -212,29 +214,23 @@ func (d *Decider) renewDue(ctx context.Context, r SlotRenewer) {
 	}
 	d.slots.mu.Unlock()
 	for _, g := range groups {
-		call := r.Renew
-		if g.adopt {
-			if !d.opts.Breaker.Allow() {
-				continue // Redis is still out of reach: the slots stay local
-			}
-			call = r.Adopt
+		if !d.opts.Breaker.Allow() {
+			d.slots.stale.Store(true) // Redis is out of reach: renew every slot once it answers
+			return
 		}
-		if _, err := call(ctx, g.key, g.lim, g.holders, now); err != nil {
-			if g.adopt {
-				d.opts.Breaker.Failure()
-			}
+		if _, err := r.Renew(ctx, g.key, g.lim, g.holders, now); err != nil {
+			d.opts.Breaker.Failure()
 			d.opts.Metrics.RedisErrors.WithLabelValues("renew").Inc()
-			continue
+			d.slots.stale.Store(true)
+			return
 		}
-		if g.adopt {
-			d.opts.Breaker.Success()
-		}
-		var gone []int64 // adopted after their request released them
+		d.opts.Breaker.Success()
+		var gone []int64 // released while their renewal was on the way, so held again by it
 		d.slots.mu.Lock()
 		for j, s := range g.slots {
 			if _, live := d.slots.live[g.of[j]]; live {
 				s.renewed, s.remote = now, true
-			} else if g.adopt {
+			} else {
 				gone = append(gone, s.holder)
 			}
 		}
@@ -246,5 +242,8 @@ func (d *Decider) renewDue(ctx context.Context, r SlotRenewer) {
 				}
 			}
 		}
+	}
+	if all && d.opts.Breaker.State() == breaker.Closed {
+		d.slots.stale.CompareAndSwap(true, false) // unless a decision or release failed meanwhile
 	}
 }

@@ -17,7 +17,7 @@ import (
 // when it is made, and the holding number of its limiter.Take), scored by the instant (Redis's
 // clock, ms) it expires. The request script (lua/request.lua) drops the expired holdings and
 // admits a take while fewer than Limit remain; Release removes one holding; Renew pushes back
-// the expiry of those still held. So a holder that dies holds nothing once Window has passed
+// the expiry of those its holder still holds (and holds again any that Redis lost). So a holder that dies holds nothing once Window has passed
 // since it last renewed, and a release repeated (or sent after the holding expired) removes
 // nothing more.
 
@@ -50,21 +50,13 @@ func (s *Store) Release(ctx context.Context, key string, lim limiter.Limit, hold
 	return nil
 }
 
-// Renew makes the holdings of key under lim that are still held expire lim.Window after now
-// (Redis's clock unless ExplicitTime), and returns how many were: the others had expired (or
-// been released) and are not held again. Within Options.Timeout.
+// Renew makes the holdings of key under lim expire lim.Window after now (Redis's clock unless
+// ExplicitTime), holding again those Redis no longer had, whether or not they fit: their
+// requests still run (the holding expired while its holder was cut off from Redis, Redis
+// restarted empty, or it was taken on a local share while Redis could not decide). It
+// returns how many Redis did not hold. A holding released while its renewal was on the way
+// is held again by it: its holder releases it once more. Within Options.Timeout.
 func (s *Store) Renew(ctx context.Context, key string, lim limiter.Limit, holders []int64, now time.Time) (int, error) {
-	return s.renew(ctx, key, lim, holders, now, "0")
-}
-
-// Adopt holds holdings of key under lim, expiring lim.Window after now, whether or not they
-// fit: holdings taken on a local share while Redis could not decide, made known to Redis once
-// it is back so that they count there until released. It returns how many were not held yet.
-func (s *Store) Adopt(ctx context.Context, key string, lim limiter.Limit, holders []int64, now time.Time) (int, error) {
-	return s.renew(ctx, key, lim, holders, now, "1")
-}
-
-func (s *Store) renew(ctx context.Context, key string, lim limiter.Limit, holders []int64, now time.Time, adopt string) (int, error) {
 	if len(holders) == 0 {
 		return 0, nil
 	}
@@ -76,8 +68,8 @@ func (s *Store) renew(ctx context.Context, key string, lim limiter.Limit, holder
 	defer cancel()
 	start := time.Now()
 	rk := s.Keys(key, lim)[0]
-	args := make([]any, 0, 4+len(holders))
-	args = append(args, nowArg, lim.WindowMs(), s.minTTL, adopt)
+	args := make([]any, 0, 3+len(holders))
+	args = append(args, nowArg, lim.WindowMs(), s.minTTL)
 	for _, h := range holders {
 		args = append(args, s.member(h))
 	}

@@ -96,7 +96,8 @@ func TestConcurrencySlots(t *testing.T) {
 }
 
 // TestConcurrencyExpiry: a holding expires Window after it was taken or last renewed, on the
-// decisions' clock; a renewal pushes it back, and a holding that expired is not renewed.
+// decisions' clock; a renewal pushes it back, and holds again a holding that expired while its
+// request ran.
 func TestConcurrencyExpiry(t *testing.T) {
 	ctx := context.Background()
 	s := newStore(t, newClient(t, redisserver.StartTest(t).URL()), explicitTime("expiry"))
@@ -118,19 +119,27 @@ func TestConcurrencyExpiry(t *testing.T) {
 	if err != nil || len(hs) != 2 || hs[0].Expires.UnixMilli() != t0+10_000 || hs[1].Expires.UnixMilli() != t0+15_000 || hs[0].Holder != s.HolderID() {
 		t.Fatalf("holdings %+v, %v: want expiries t0+10s and t0+15s", hs, err)
 	}
-	if n, err := s.Renew(ctx, "k", lim, []int64{2}, at(9_000)); err != nil || n != 1 {
-		t.Fatalf("Renew: %d, %v", n, err)
+	if n, err := s.Renew(ctx, "k", lim, []int64{2}, at(9_000)); err != nil || n != 0 {
+		t.Fatalf("Renew of a holding Redis holds: %d (want 0 added), %v", n, err)
 	}
 	if !take(3, 10_000) { // holding 1 expired at 10 s exactly
 		t.Fatal("holding 1 did not expire after Window")
 	}
+	// Holding 1's request still runs (its holder was cut off): its renewal holds it again,
+	// beyond the limit, so that Redis counts every request in flight.
+	if n, err := s.Renew(ctx, "k", lim, []int64{1}, at(11_000)); err != nil || n != 1 {
+		t.Fatalf("Renew of an expired holding: %d (want 1 added), %v", n, err)
+	}
 	if take(4, 18_999) {
 		t.Fatal("holding 2, renewed at 9 s, expired before 19 s")
 	}
-	if n, _ := s.Renew(ctx, "k", lim, []int64{1}, at(11_000)); n != 0 {
-		t.Fatal("an expired holding was renewed")
+	if take(4, 19_000) {
+		t.Fatal("admitted beside holdings 1 (held again) and 3")
+	}
+	if err := s.Release(ctx, "k", lim, 1); err != nil {
+		t.Fatal(err)
 	}
 	if !take(4, 19_000) {
-		t.Fatal("holding 2 did not expire 10 s after its renewal")
+		t.Fatal("denied once holding 2 expired and holding 1 was released")
 	}
 }
