@@ -22,6 +22,8 @@ const simulateUsage = `usage: sluicectl simulate --algorithm ALG --limit N (--wi
        sluicectl simulate compare --algorithms ALG,ALG,... --limit N --window D [--burst N]
          [--max-delay D] [--cost N] [--store memory|redis [--redis-url URL]] [--plot FILE.png [--plot-bucket D]]
          [--title TEXT] < arrivals
+       sluicectl simulate --algorithm Concurrency --limit N [--store memory|redis [--redis-url URL]]
+         [--summary] < requests
        sluicectl simulate rules --rule NAME=ALG,LIMIT,WINDOW[,shadow][,countWhen=CODES][,responseCost=MIN] [--rule ...]
          [--store memory|redis [--redis-url URL]] < requests
 
@@ -41,6 +43,11 @@ comes closest to it, and the most units held unused at once. --plot draws both r
 time axis: the units each admitted per --plot-bucket, and each one's units in the last window
 (in the aligned window for FixedWindow and SlidingWindowCounter) under the exact rule's bound
 and the leased rule's.
+
+With --algorithm Concurrency each line is "<ms> <duration ms>", a request's arrival and how
+long its response takes (at most 24h): a request holds one of --limit slots from its arrival
+until it ends, and a slot frees before an arrival at the instant its request ends. It prints
+"<ms> allow until=<ms>" or "<ms> deny" for each, then "allowed=N denied=M most-in-flight=K".
 
 compare replays the same arrivals through each algorithm (LeakyBucket/Queue names the leaky
 bucket in Queue mode) and prints, for each, the requests allowed and denied and the most admitted
@@ -70,8 +77,8 @@ func runSimulate(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 		fmt.Fprint(stderr, simulateUsage, "\nflags:\n")
 		fs.PrintDefaults()
 	}
-	algorithm := fs.String("algorithm", "", "FixedWindow, SlidingWindowLog, SlidingWindowCounter, TokenBucket or LeakyBucket")
-	limit := fs.Int64("limit", 0, "units admitted per window (the rate, for the buckets)")
+	algorithm := fs.String("algorithm", "", "FixedWindow, SlidingWindowLog, SlidingWindowCounter, TokenBucket, LeakyBucket or Concurrency")
+	limit := fs.Int64("limit", 0, "units admitted per window (the rate, for the buckets); Concurrency: requests in flight")
 	window := fs.Duration("window", 0, "the window, a whole number of ms (e.g. 1s, 60s, 250ms)")
 	burst := fs.Int64("burst", 0, "bucket capacity for TokenBucket and LeakyBucket (default the limit)")
 	mode := fs.String("mode", "", "LeakyBucket mode: Meter (default) or Queue")
@@ -96,6 +103,11 @@ func runSimulate(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "sluicectl simulate: unexpected argument %q\n", fs.Arg(0))
 		fs.Usage()
 		return 2
+	}
+	if limiter.Algorithm(*algorithm) == limiter.Concurrency {
+		var set []string
+		fs.Visit(func(f *flag.Flag) { set = append(set, f.Name) })
+		return runConcurrency(stdin, stdout, stderr, set, *limit, *storeName, *redisURL, *summary)
 	}
 	lim := limiter.Limit{
 		Algorithm: limiter.Algorithm(*algorithm),
@@ -224,7 +236,7 @@ func runCompare(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 		fs.PrintDefaults()
 	}
 	algorithms := fs.String("algorithms", simulate.DefaultCompare, "comma-separated algorithms; LeakyBucket/Queue is the leaky bucket in Queue mode")
-	limit := fs.Int64("limit", 0, "units admitted per window (the rate, for the buckets)")
+	limit := fs.Int64("limit", 0, "units admitted per window (the rate, for the buckets); Concurrency: requests in flight")
 	window := fs.Duration("window", 0, "the window, a whole number of ms (e.g. 1s, 60s, 250ms)")
 	burst := fs.Int64("burst", 0, "bucket capacity for TokenBucket and LeakyBucket (default the limit)")
 	maxDelay := fs.Duration("max-delay", 0, "longest wait of a LeakyBucket/Queue request")
@@ -351,6 +363,41 @@ func runRules(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	}
 	if err := simulate.ReplayRules(stdin, stdout, rs, rules); err != nil {
 		fmt.Fprintf(stderr, "sluicectl simulate rules: %v\n", err)
+		return 1
+	}
+	return 0
+}
+
+// concurrencyFlags are the flags of `sluicectl simulate --algorithm Concurrency`.
+var concurrencyFlags = map[string]bool{"algorithm": true, "limit": true, "store": true, "redis-url": true, "summary": true}
+
+// runConcurrency is `sluicectl simulate` of a Concurrency rule: requests with their durations
+// (see simulateUsage); set names the flags given.
+func runConcurrency(stdin io.Reader, stdout, stderr io.Writer, set []string, limit int64, storeName, redisURL string, summary bool) int {
+	for _, name := range set {
+		if !concurrencyFlags[name] {
+			fmt.Fprintf(stderr, "sluicectl simulate: --%s does not apply to Concurrency: each request holds one slot until it ends\n", name)
+			return 2
+		}
+	}
+	lim := limiter.Limit{Algorithm: limiter.Concurrency, Limit: limit, Window: simulate.ConcurrencyWindow}
+	if err := lim.Validate(); err != nil {
+		fmt.Fprintf(stderr, "sluicectl simulate: %v\n", err)
+		return 2
+	}
+	store, closeStore, err := simulate.OpenStore(storeName, redisURL)
+	if err != nil {
+		fmt.Fprintf(stderr, "sluicectl simulate: %v\n", err)
+		return 2
+	}
+	defer closeStore()
+	slots, ok := store.(simulate.SlotStore)
+	if !ok {
+		fmt.Fprintf(stderr, "sluicectl simulate: store %s holds no slots\n", storeName)
+		return 2
+	}
+	if err := simulate.Concurrency(stdin, stdout, slots, lim, summary); err != nil {
+		fmt.Fprintf(stderr, "sluicectl simulate: %v\n", err)
 		return 1
 	}
 	return 0

@@ -131,15 +131,31 @@ func TestSimulateErrors(t *testing.T) {
 		"bad algorithm": {
 			"--algorithm GCRA --limit 1 --window 1s", "", 2, "", `algorithm "GCRA"`,
 		},
-		"no limit":          {"--algorithm FixedWindow --window 1s", "", 2, "", "limit 0 is outside"},
-		"window not in ms":  {"--algorithm FixedWindow --limit 1 --window 1500us", "", 2, "", "window 1.5ms is not a whole number of milliseconds"},
-		"log limit too big": {"--algorithm SlidingWindowLog --limit 10001 --window 1s", "", 2, "", "the most SlidingWindowLog keeps"},
-		"bad mode":          {"--algorithm LeakyBucket --limit 1 --window 1s --mode Drop", "", 2, "", `mode "Drop"`},
-		"zero cost":         {ok + " --cost 0", "", 2, "", "cost 0 is below 1"},
-		"unknown store":     {ok + " --store etcd", "", 2, "", `unknown store "etcd"`},
-		"unknown flag":      {ok + " --rate 5", "", 2, "", "flag provided but not defined: -rate"},
-		"extra argument":    {ok + " arrivals.txt", "", 2, "", `unexpected argument "arrivals.txt"`},
+		"no limit":           {"--algorithm FixedWindow --window 1s", "", 2, "", "limit 0 is outside"},
+		"window not in ms":   {"--algorithm FixedWindow --limit 1 --window 1500us", "", 2, "", "window 1.5ms is not a whole number of milliseconds"},
+		"log limit too big":  {"--algorithm SlidingWindowLog --limit 10001 --window 1s", "", 2, "", "the most SlidingWindowLog keeps"},
+		"bad mode":           {"--algorithm LeakyBucket --limit 1 --window 1s --mode Drop", "", 2, "", `mode "Drop"`},
+		"zero cost":          {ok + " --cost 0", "", 2, "", "cost 0 is below 1"},
+		"unknown store":      {ok + " --store etcd", "", 2, "", `unknown store "etcd"`},
+		"unknown flag":       {ok + " --rate 5", "", 2, "", "flag provided but not defined: -rate"},
+		"extra argument":     {ok + " arrivals.txt", "", 2, "", `unexpected argument "arrivals.txt"`},
+		"concurrency window": {"--algorithm Concurrency --limit 2 --window 1s", "", 2, "", "--window does not apply to Concurrency"},
+		"concurrency cost":   {"--algorithm Concurrency --limit 2 --cost 2", "", 2, "", "--cost does not apply to Concurrency"},
+		"concurrency limit":  {"--algorithm Concurrency", "", 2, "", "limit 0 is outside"},
+		"concurrency line":   {"--algorithm Concurrency --limit 2", "0 5\n7\n", 1, "0 allow until=5\n", `line 2: "7" is not "<ms> <duration ms>"`},
 	})
+}
+
+// TestSimulateConcurrency replays requests with their durations through a Concurrency rule.
+func TestSimulateConcurrency(t *testing.T) {
+	var stdout, stderr bytes.Buffer
+	args := strings.Fields("simulate --algorithm Concurrency --limit 1")
+	if code := run(args, strings.NewReader("0 10\n5 1\n10 1\n"), &stdout, &stderr); code != 0 {
+		t.Fatalf("exit %d: %s", code, stderr.String())
+	}
+	if got, want := stdout.String(), "0 allow until=10\n5 deny\n10 allow until=11\nallowed=2 denied=1 most-in-flight=1\n"; got != want {
+		t.Errorf("output %q, want %q", got, want)
+	}
 }
 
 func TestSimulateThroughRun(t *testing.T) {
