@@ -7,7 +7,10 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
+
+	"github.com/redis/go-redis/v9"
 
 	"github.com/sluice-dev/sluice/internal/limiter"
 )
@@ -37,17 +40,98 @@ func (s *Store) member(h int64) string {
 var _ limiter.SlotStore = (*Store)(nil)
 
 // Release implements limiter.SlotStore: it removes holding holder of key under lim (ZREM),
-// within Options.Timeout. A holding already gone (released, expired) is no error.
+// within Options.Timeout. A holding already gone (released, expired) is no error. Concurrent
+// releases share round trips: see releases.
 func (s *Store) Release(ctx context.Context, key string, lim limiter.Limit, holder int64) error {
 	ctx, cancel := context.WithTimeout(ctx, s.timeout)
 	defer cancel()
 	start := time.Now()
 	rk := s.Keys(key, lim)[0]
-	err := s.roundTrip(ctx, rk, func() error { return s.client.ZRem(ctx, rk, s.member(holder)).Err() })
+	var err error
+	if s.batch == nil { // a cluster (its batchers are per master) or an unbatched Store
+		err = s.roundTrip(ctx, rk, func() error { return s.client.ZRem(ctx, rk, s.member(holder)).Err() })
+	} else {
+		err = s.rel.release(ctx, s, rk, s.member(holder))
+	}
 	if err != nil {
 		return s.wrap(ctx, err, time.Since(start))
 	}
 	return nil
+}
+
+// releases coalesces a single-node Store's concurrent Releases into pipelines of ZREM, one
+// round trip each: every request of a Concurrency rule ends in a release, and on its own round
+// trip each would cost Redis and the sidecar more than the request's decision, which the
+// batcher shares with the others in flight (bench/concurrency.sh). A release that finds no
+// pipeline of releases being sent starts one, which sends every release queued by the time
+// it goes, then those queued meanwhile, until none is left.
+type releases struct {
+	mu      sync.Mutex
+	sending bool
+	queue   []*pendingRelease
+}
+
+// pendingRelease is one queued ZREM and where its outcome goes (buffered: the sender never
+// waits for a caller that gave up).
+type pendingRelease struct {
+	key, member string
+	done        chan error
+}
+
+// release queues a ZREM of member of key and waits for its outcome, or for ctx.
+func (r *releases) release(ctx context.Context, s *Store, key, member string) error {
+	p := &pendingRelease{key: key, member: member, done: make(chan error, 1)}
+	r.mu.Lock()
+	r.queue = append(r.queue, p)
+	start := !r.sending
+	r.sending = true
+	r.mu.Unlock()
+	if start {
+		go r.send(s) //nolint:gosec // the sender serves every release queued, not this caller alone: it outlives ctx
+	}
+	select {
+	case err := <-p.done:
+		return err
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// send sends the queued releases, a pipeline of at most queueLen at a time, until the queue
+// is empty.
+func (r *releases) send(s *Store) {
+	for {
+		r.mu.Lock()
+		batch := r.queue[:min(len(r.queue), queueLen)]
+		if r.queue = r.queue[len(batch):]; len(r.queue) == 0 {
+			r.queue = nil
+		}
+		if len(batch) == 0 {
+			r.sending = false
+			r.mu.Unlock()
+			return
+		}
+		r.mu.Unlock()
+		ctx, cancel := context.WithTimeout(context.Background(), s.timeout)
+		cmds := make([]*redis.IntCmd, len(batch))
+		err := s.roundTrip(ctx, batch[0].key, func() error {
+			_, err := s.client.Pipelined(ctx, func(pipe redis.Pipeliner) error {
+				for i, p := range batch {
+					cmds[i] = pipe.ZRem(ctx, p.key, p.member)
+				}
+				return nil
+			})
+			return err
+		})
+		cancel()
+		for i, p := range batch {
+			e := err
+			if cmds[i] != nil {
+				e = cmds[i].Err()
+			}
+			p.done <- e
+		}
+	}
 }
 
 // Renew makes the holdings of key under lim expire lim.Window after now (Redis's clock unless

@@ -2,6 +2,7 @@ package redisstore
 
 import (
 	"context"
+	"sync"
 	"testing"
 	"time"
 
@@ -141,5 +142,45 @@ func TestConcurrencyExpiry(t *testing.T) {
 	}
 	if !take(4, 19_000) {
 		t.Fatal("denied once holding 2 expired and holding 1 was released")
+	}
+}
+
+// TestConcurrencyReleasesCoalesced: many releases at once (sharing pipelines) each remove their
+// own holding and no other; with Redis gone they fail, and the holdings stay until they expire.
+func TestConcurrencyReleasesCoalesced(t *testing.T) {
+	ctx := context.Background()
+	srv := redisserver.StartTest(t)
+	s := newStore(t, newClient(t, srv.URL()), explicitTime("releases"))
+	lim := limiter.Limit{Algorithm: limiter.Concurrency, Limit: 100, Window: 30 * time.Second}
+	for h := int64(1); h <= 60; h++ {
+		res := make([]limiter.Result, 1)
+		if ok, err := s.TakeRequest(ctx, slotReq("k", lim, h, nil), at(0), res); err != nil || !ok {
+			t.Fatalf("holding %d: %v %+v", h, err, res[0])
+		}
+	}
+	var wg sync.WaitGroup
+	errs := make(chan error, 50)
+	for h := int64(1); h <= 50; h++ {
+		wg.Go(func() { errs <- s.Release(ctx, "k", lim, h) })
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	hs, err := s.Holdings(ctx, "k", lim)
+	if err != nil || len(hs) != 10 {
+		t.Fatalf("holdings after 50 releases of 60: %d, %v", len(hs), err)
+	}
+	for _, h := range hs {
+		if h.Number <= 50 {
+			t.Fatalf("holding %d still held", h.Number)
+		}
+	}
+	srv.Kill()
+	if err := s.Release(ctx, "k", lim, 51); err == nil {
+		t.Fatal("a release with Redis gone succeeded")
 	}
 }

@@ -89,6 +89,8 @@ type Store struct {
 	refundFailures atomic.Int64
 	// holderID names the Store's Concurrency holdings in Redis (see concurrency.go).
 	holderID int64
+	// rel coalesces the releases of those holdings (a single-node Store's).
+	rel releases
 }
 
 var _ limiter.Store = (*Store)(nil)
