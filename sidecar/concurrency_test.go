@@ -8,6 +8,7 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"os"
 	"regexp"
 	"strconv"
 	"strings"
@@ -19,13 +20,16 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/sluice-dev/sluice/internal/policy"
+	"github.com/sluice-dev/sluice/internal/policyfile"
+	"github.com/sluice-dev/sluice/internal/render"
 	"github.com/sluice-dev/sluice/internal/testutil/proc"
 	"github.com/sluice-dev/sluice/internal/testutil/redisserver"
 	st "github.com/sluice-dev/sluice/internal/testutil/sidecartest"
 )
 
 // slowUpstream counts the requests in flight at the application and holds /slow requests
-// (and streams /sse events) until open is called; /fast answers at once.
+// (and streams /sse and /v1/chat/completions events) until open is called; /fast answers at
+// once.
 type slowUpstream struct {
 	*httptest.Server
 	inflight, max atomic.Int64
@@ -59,7 +63,7 @@ func newSlowUpstream(t *testing.T) *slowUpstream {
 			_, _ = brw.WriteString("HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n\r\n")
 			_ = brw.Flush()
 			_, _ = io.Copy(c, brw)
-		case "/sse":
+		case "/sse", "/v1/chat/completions": // a streamed completion
 			w.Header().Set("Content-Type", "text/event-stream")
 			for {
 				_, _ = io.WriteString(w, "data: tick\n\n")
@@ -554,4 +558,86 @@ func TestConcurrencyRedisKilledMidLoad(t *testing.T) {
 	if m := up.max.Load(); m != 5 {
 		t.Errorf("the application saw %d requests at once, want 5", m)
 	}
+}
+
+// config/samples/llm-concurrent-streams.yaml promises each API key 4 concurrent streams:
+// rendered as the controller renders it, through the sidecar, a key's fifth concurrent
+// completion gets 429 with the concurrent-requests unit and Retry-After 1 while another key's
+// passes, and once the streams end the key streams again.
+func TestLLMConcurrentStreamsSample(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds the binary")
+	}
+	f, err := os.Open("../config/samples/llm-concurrent-streams.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	policies, err := policyfile.Decode(f, "llm-concurrent-streams.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	doc, _ := render.Build("default", policies, render.FixedReplicas(1))
+	data, err := policy.Marshal(doc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	up := newSlowUpstream(t)
+	r := redisserver.StartTest(t)
+	s := startSidecarDoc(t, up.URL, data, "app=llm-gateway", r.URL())
+	// stream starts a completion for key and returns its response once the first event came.
+	stream := func(key string) (*http.Response, context.CancelFunc) {
+		t.Helper()
+		ctx, cancel := context.WithCancel(context.Background())
+		req, _ := http.NewRequestWithContext(ctx, "POST", s.URL()+"/v1/chat/completions", nil)
+		req.Header.Set("X-API-Key", key)
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			cancel()
+			t.Fatal(err)
+		}
+		if resp.StatusCode == http.StatusOK {
+			if _, err := io.ReadFull(resp.Body, make([]byte, 5)); err != nil {
+				t.Fatal(err)
+			}
+		}
+		return resp, cancel
+	}
+	var open []*http.Response
+	for i := range 4 {
+		resp, cancel := stream("sk-1")
+		defer cancel()
+		if resp.StatusCode != http.StatusOK {
+			t.Fatalf("stream %d of sk-1: %d, want 200", i+1, resp.StatusCode)
+		}
+		open = append(open, resp)
+	}
+	resp, cancel := stream("sk-1")
+	resp.Body.Close()
+	cancel()
+	if resp.StatusCode != http.StatusTooManyRequests || resp.Header.Get("Retry-After") != "1" ||
+		!strings.Contains(resp.Header.Get("RateLimit-Policy"), `"streams-per-key";q=4;qu="concurrent-requests"`) {
+		t.Fatalf("a 5th stream of sk-1: %d, Retry-After %q, RateLimit-Policy %q", resp.StatusCode, resp.Header.Get("Retry-After"), resp.Header.Get("RateLimit-Policy"))
+	}
+	other, cancelOther := stream("sk-2")
+	defer cancelOther()
+	if other.StatusCode != http.StatusOK {
+		t.Fatalf("a stream of sk-2 beside sk-1's 4: %d, want 200", other.StatusCode)
+	}
+	up.open() // every stream ends
+	for _, r := range append(open, other) {
+		_, _ = io.Copy(io.Discard, r.Body)
+		r.Body.Close()
+	}
+	up.waitInflight(t, 0)
+	st.Eventually(t, func() error {
+		resp, cancel := stream("sk-1")
+		defer cancel()
+		defer resp.Body.Close()
+		if resp.StatusCode != http.StatusOK {
+			return fmt.Errorf("sk-1 after its streams ended: %d", resp.StatusCode)
+		}
+		return nil
+	})
+	up.open()
 }
