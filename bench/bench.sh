@@ -13,6 +13,8 @@
 #   2d. Leased limits: bench/lease.sh, the exact rule, the leased rule and local decisions of
 #      two sidecars' lease engines on one hot key, store calls and Redis CPU per decision; then
 #      two sidecar binaries under wrk, leased vs local vs exact, req/s and CPU per request.
+#   2e. Concurrency: bench/concurrency.sh, a Concurrency rule beside a TokenBucket rule through
+#      one sidecar under wrk -c32: sidecar CPU, Redis round trips and Redis CPU per request.
 #   3. Proxy path: bench/proxy.sh, wrk and a fixed-rate run against direct, nginx limit_req,
 #      a bare fasthttp proxy (bench/bareproxy), and the sidecar with no policy, a never-denying
 #      rule exact in Redis, leased from Redis, and local; CPU per request as ratios to both.
@@ -121,6 +123,9 @@ OUT=$OUT DURATION=$STORE_DURATION BASE_BIN=${REDISCPU_BASE_BIN:-} bench/rediscpu
 echo "# 2d/5 bench/lease.sh: leased limits, two sidecars (engines, then binaries) on one hot key" >&2
 OUT=$OUT DURATION=$STORE_DURATION bench/lease.sh > /dev/null
 
+echo "# 2e/5 bench/concurrency.sh: a Concurrency rule beside a TokenBucket rule through one sidecar" >&2
+OUT=$OUT DURATION=$STORE_DURATION bench/concurrency.sh > /dev/null
+
 echo "# 3/5 proxy path" >&2
 OUT=$OUT DURATION=$PROXY_DURATION RATE=$RATE BENCH_REPEAT=$PROXY_REPEAT PROFILE=0 OUTAGE=0 bench/proxy.sh | tee "$OUT/proxy.txt"
 
@@ -149,6 +154,14 @@ echo "loadavg_end	$(cut -d' ' -f1-3 /proc/loadavg)" >> "$OUT/machine.tsv"
   echo "proxy	  wrk -t1 -c32 -d${PROXY_DURATION}s --latency URL; bench/loadgen -url URL -rate $RATE -duration ${PROXY_DURATION}s"
 } > "$OUT/commands.tsv"
 python3 bench/report.py results "$OUT" > bench/results.md
+{
+  echo
+  echo "## A Concurrency rule beside a TokenBucket rule"
+  echo
+  echo "OUT=bench/out DURATION=$STORE_DURATION bench/concurrency.sh"
+  echo
+  cat "$OUT/concurrency.md"
+} >> bench/results.md
 echo "# 5/5 RLS server vs the sidecar's decision path" >&2
 go run ./bench/rlsbench -clients "${RLS_CLIENTS:-16}" -duration "${RLS_DURATION:-3s}" | tee "$OUT/rls.md" >> bench/results.md
 echo "# 5b/5 RLS server vs a reference decision service (envoyproxy/ratelimit's Redis driver)" >&2
