@@ -6,7 +6,6 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/sluice-dev/sluice/internal/dataplane/breaker"
 	"github.com/sluice-dev/sluice/internal/dataplane/config"
 	"github.com/sluice-dev/sluice/internal/limiter"
 )
@@ -50,7 +49,7 @@ type slot struct {
 	// remote is true once the slot is held in Redis (taken or renewed there), under d.slots.mu.
 	remote bool
 	// renewed is when the slot was taken or last renewed (the Decider's clock), under
-	// Decider.mu.
+	// d.slots.mu.
 	renewed time.Time
 }
 
@@ -60,8 +59,8 @@ type holdings struct {
 	live map[*Holding]struct{}
 	// next numbers the holdings (limiter.Take.Holder), never reused while the process runs.
 	next atomic.Int64
-	// stale is set when Redis could not be reached (by a renewal, a decision or a release): the
-	// next renewal that reaches it renews every slot held, not only those due.
+	// stale is set when Redis could not be reached (by a renewal or a decision): the next
+	// renewal that reaches it renews every slot held, not only those due.
 	stale atomic.Bool
 }
 
@@ -191,7 +190,9 @@ func (d *Decider) renewDue(ctx context.Context, r SlotRenewer) {
 		of      []*Holding
 	}
 	now := d.opts.Clock.Now()
-	all := d.slots.stale.Load()
+	// Cleared now, set again if this renewal does not reach Redis, or if a decision cannot
+	// reach it meanwhile.
+	all := d.slots.stale.Swap(false)
 	var groups []*group
 	byKey := map[string]*group{}
 	d.slots.mu.Lock()
@@ -242,8 +243,5 @@ func (d *Decider) renewDue(ctx context.Context, r SlotRenewer) {
 				}
 			}
 		}
-	}
-	if all && d.opts.Breaker.State() == breaker.Closed {
-		d.slots.stale.CompareAndSwap(true, false) // unless a decision or release failed meanwhile
 	}
 }
