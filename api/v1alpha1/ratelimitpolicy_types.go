@@ -206,6 +206,14 @@ type RateLimitPolicySpec struct {
 	// +optional
 	JWT *JWTSpec `json:"jwt,omitempty"`
 
+	// adaptiveConcurrency protects each selected pod's application: every sidecar keeps its own
+	// limit on the requests in flight to its application, which grows while the application's
+	// average latency stays near its lowest and shrinks when it rises, and sheds the requests
+	// beyond it with 503 and Retry-After: 1 before any rule is decided. Sidecars only: Envoy's
+	// rate limit service never sees a request end.
+	// +optional
+	AdaptiveConcurrency *AdaptiveConcurrency `json:"adaptiveConcurrency,omitempty"`
+
 	// rules are the limits of this policy. A request is limited when any enforced rule that
 	// matches it denies it. Rule names are unique within the policy.
 	// +required
@@ -333,6 +341,33 @@ type BodySpec struct {
 	// +kubebuilder:validation:MinLength=1
 	// +kubebuilder:validation:MaxLength=4096
 	Template string `json:"template,omitempty"`
+}
+
+// AdaptiveConcurrency is the parameters of a pod's adaptive limit on the requests in flight
+// to its application.
+// +kubebuilder:validation:XValidation:rule="!has(self.minLimit) || !has(self.maxLimit) || self.minLimit <= self.maxLimit",message="minLimit must not exceed maxLimit"
+type AdaptiveConcurrency struct {
+	// minLimit is the fewest requests in flight the limit shrinks to, and where it starts
+	// (default 4).
+	// +optional
+	// +kubebuilder:validation:Minimum=1
+	// +kubebuilder:validation:Maximum=100000000
+	MinLimit *int64 `json:"minLimit,omitempty"`
+
+	// maxLimit is the most requests in flight the limit grows to (default 1000, or minLimit
+	// when that is more).
+	// +optional
+	// +kubebuilder:validation:Minimum=1
+	// +kubebuilder:validation:Maximum=100000000
+	MaxLimit *int64 `json:"maxLimit,omitempty"`
+
+	// tolerancePercent is how far above its lowest, in percent of it, the application's
+	// average latency to a response's head may be while the limit still grows (default 125:
+	// up to a quarter slower than at its best).
+	// +optional
+	// +kubebuilder:validation:Minimum=100
+	// +kubebuilder:validation:Maximum=1000
+	TolerancePercent *int64 `json:"tolerancePercent,omitempty"`
 }
 
 // Rule is one limit: which requests it counts, how it keys them, and how many it admits.

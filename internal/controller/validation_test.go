@@ -151,6 +151,12 @@ var _ = Describe("RateLimitPolicy validation", func() {
 			algorithm(v1alpha1.FixedWindow)(p)
 			burst(5)(p)
 		}, "spec.rules[0].burst", "burst applies only to TokenBucket and LeakyBucket"),
+		Entry("adaptiveConcurrency minLimit above maxLimit", func(p *v1alpha1.RateLimitPolicy) {
+			p.Spec.AdaptiveConcurrency = &v1alpha1.AdaptiveConcurrency{MinLimit: ptr.To[int64](50), MaxLimit: ptr.To[int64](10)}
+		}, "spec.adaptiveConcurrency", "minLimit must not exceed maxLimit"),
+		Entry("adaptiveConcurrency tolerancePercent below 100", func(p *v1alpha1.RateLimitPolicy) {
+			p.Spec.AdaptiveConcurrency = &v1alpha1.AdaptiveConcurrency{TolerancePercent: ptr.To[int64](90)}
+		}, "spec.adaptiveConcurrency.tolerancePercent", "should be greater than or equal to 100"),
 		Entry("window on Concurrency", algorithm(v1alpha1.Concurrency),
 			"spec.rules[0].window", "window does not apply to Concurrency"),
 		Entry("cost on Concurrency", rule0(func(r *v1alpha1.Rule) {
@@ -501,6 +507,12 @@ var _ = Describe("RateLimitPolicy validation", func() {
 			Expect(offlineError(newPolicy(ns, "good", mutate))).To(BeEmpty())
 		},
 		Entry("the base policy", func(*v1alpha1.RateLimitPolicy) {}),
+		Entry("adaptiveConcurrency with its defaults", func(p *v1alpha1.RateLimitPolicy) {
+			p.Spec.AdaptiveConcurrency = &v1alpha1.AdaptiveConcurrency{}
+		}),
+		Entry("adaptiveConcurrency with every parameter", func(p *v1alpha1.RateLimitPolicy) {
+			p.Spec.AdaptiveConcurrency = &v1alpha1.AdaptiveConcurrency{MinLimit: ptr.To[int64](2000), MaxLimit: ptr.To[int64](2000), TolerancePercent: ptr.To[int64](150)}
+		}),
 		Entry("a bucket with burst", burst(100_000_000)),
 		Entry("LeakyBucket Queue with maxDelay", queue("500ms")),
 		Entry("LeakyBucket Queue with maxDelay 0s", queue("0s")),

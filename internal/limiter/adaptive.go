@@ -98,16 +98,16 @@ func (a *Adaptive) Release() {
 	a.mu.Unlock()
 }
 
-// Observe records the latency of an admitted request (to its response's head), and adapts the
-// limit at a round's end.
-func (a *Adaptive) Observe(latency time.Duration) {
+// Observe records the latency of an admitted request (to its response's head), adapts the
+// limit at a round's end, and returns the limit.
+func (a *Adaptive) Observe(latency time.Duration) int64 {
 	us := max(latency.Microseconds(), 1)
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	a.n++
 	a.sumUs += us
 	if a.n < max(a.limit, MinRoundSamples) {
-		return
+		return a.limit
 	}
 	avg := a.sumUs / a.n
 	a.n, a.sumUs = 0, 0
@@ -128,6 +128,7 @@ func (a *Adaptive) Observe(latency time.Duration) {
 		a.limit = max(a.limit*threshold/avg, a.limit/2)
 	}
 	a.limit = min(max(a.limit, a.p.MinLimit), a.p.MaxLimit)
+	return a.limit
 }
 
 // Limit is the current limit.

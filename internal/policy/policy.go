@@ -79,6 +79,21 @@ type Policy struct {
 	// JWT, when set, is how the policy verifies the tokens its rules key on (SourceJWTClaim)
 	// or match (Match.JWT).
 	JWT *JWT `json:"jwt,omitempty"`
+	// Adaptive, when set, is each selected pod's adaptive limit on the requests in flight to
+	// its application (limiter.Adaptive).
+	Adaptive *Adaptive `json:"adaptiveConcurrency,omitempty"`
+}
+
+// Adaptive is the parameters of limiter.Adaptive, their defaults resolved.
+type Adaptive struct {
+	MinLimit     int64 `json:"minLimit"`
+	MaxLimit     int64 `json:"maxLimit"`
+	TolerancePct int64 `json:"tolerancePct"`
+}
+
+// Params is a as the limiter takes them.
+func (a Adaptive) Params() limiter.AdaptiveParams {
+	return limiter.AdaptiveParams{MinLimit: a.MinLimit, MaxLimit: a.MaxLimit, TolerancePct: a.TolerancePct}
 }
 
 // Share is the share of total held by the pod of rank 0 <= rank < n among n pods:

@@ -46,6 +46,9 @@ func (p Policy) Validate() error {
 			return fmt.Errorf("trustedProxies: %w", err)
 		}
 	}
+	if err := p.Adaptive.validate(); err != nil {
+		return err
+	}
 	if p.Response.StatusCode < 400 || p.Response.StatusCode > 599 {
 		return fmt.Errorf("response.statusCode %d is outside 400..599", p.Response.StatusCode)
 	}
@@ -338,6 +341,17 @@ func (r Response) validate() error {
 func (r Rule) validateHeaders() error {
 	if r.Headers != "" && !r.Headers.Valid() {
 		return fmt.Errorf("headers %q is not %s", r.Headers, styles)
+	}
+	return nil
+}
+
+// validate checks an adaptiveConcurrency's parameters (nil: none, valid).
+func (a *Adaptive) validate() error {
+	if a == nil {
+		return nil
+	}
+	if a.MinLimit < 1 || a.MaxLimit < a.MinLimit || a.MaxLimit > limiter.MaxLimit || a.TolerancePct < 100 || a.TolerancePct > 1000 {
+		return fmt.Errorf("adaptiveConcurrency: want 1 <= minLimit %d <= maxLimit %d <= %d and tolerancePct %d in 100..1000", a.MinLimit, a.MaxLimit, limiter.MaxLimit, a.TolerancePct)
 	}
 	return nil
 }

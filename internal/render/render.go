@@ -20,6 +20,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/util/intstr"
+	"k8s.io/utils/ptr"
 
 	"github.com/sluice-dev/sluice/api/v1alpha1"
 	"github.com/sluice-dev/sluice/internal/limiter"
@@ -104,6 +105,10 @@ func compile(p *v1alpha1.RateLimitPolicy, t *Target, ks KeySets, tables TenantTa
 	}
 	for _, c := range p.Spec.TrustedProxies {
 		out.TrustedProxies = append(out.TrustedProxies, string(c))
+	}
+	if a := p.Spec.AdaptiveConcurrency; a != nil {
+		params := limiter.AdaptiveParams{MinLimit: ptr.Deref(a.MinLimit, 0), MaxLimit: ptr.Deref(a.MaxLimit, 0), TolerancePct: ptr.Deref(a.TolerancePercent, 0)}.WithDefaults()
+		out.Adaptive = &policy.Adaptive{MinLimit: params.MinLimit, MaxLimit: params.MaxLimit, TolerancePct: params.TolerancePct}
 	}
 	slices.Sort(out.TrustedProxies)
 	if r := p.Spec.Response; r != nil {

@@ -152,6 +152,15 @@ func (h *Handler) admit(ctx *fasthttp.RequestCtx, a *admitted) bool {
 		} else {
 			view.SetRemoteAddr(ctx.RemoteAddr().String())
 		}
+		pl, ok := admitAdaptive(cfg)
+		if !ok {
+			writeShedFast(ctx)
+			return false
+		}
+		if pl != nil {
+			// Given back once the response is finished, as a Concurrency slot is.
+			ctx.SetUserValue(placesKey, pl)
+		}
 		a.d = h.decide(context.Background(), cfg, &view)
 		if hold := a.d.v.Hold; hold != nil {
 			// fasthttp closes a request's user values once its response is finished: the
@@ -234,6 +243,7 @@ func (h *Handler) forward(ctx *fasthttp.RequestCtx, s *requestScan, peer netip.A
 		up = fasthttp.AcquireResponse()
 		up.Header.DisableNormalizing()
 	}
+	start := h.opts.Clock.Now()
 	if err := h.fast.Do(req, up); err != nil {
 		if up != resp {
 			fasthttp.ReleaseResponse(up)
@@ -249,6 +259,9 @@ func (h *Handler) forward(ctx *fasthttp.RequestCtx, s *requestScan, peer netip.A
 		h.opts.Metrics.UpstreamErrors.Inc()
 		ctx.SetStatusCode(http.StatusBadGateway)
 		return
+	}
+	if pl, ok := ctx.UserValue(placesKey).(*places); ok {
+		pl.observe(h.opts.Clock.Since(start))
 	}
 	switch {
 	case up != resp:

@@ -172,7 +172,18 @@ func HostPort(u *url.URL) string {
 // every selected policy, then answers it or proxies it.
 func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	cfg := h.opts.Config()
+	var hw *headWriter // the adaptive limits' latency, when the policies have any
 	if len(cfg.Policies) > 0 {
+		pl, ok := admitAdaptive(cfg)
+		if !ok {
+			writeShed(w)
+			return
+		}
+		if pl != nil {
+			defer pl.Close()
+			hw = &headWriter{ResponseWriter: w, p: pl, clock: h.opts.Clock}
+			w = hw
+		}
 		req := keys.NewRequest(r)
 		d := h.decide(r.Context(), cfg, &req)
 		// The handler returns once ReverseProxy has written the response, the client has
@@ -214,6 +225,9 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		tb := &trailerBody{ReadCloser: r.Body, src: r.Trailer}
 		r.Body = tb
 		r = r.WithContext(context.WithValue(r.Context(), trailerKey{}, tb))
+	}
+	if hw != nil {
+		hw.start = h.opts.Clock.Now()
 	}
 	if r.ProtoMajor == 2 && isGRPC(r.Header["Content-Type"]) {
 		h.grpc.ServeHTTP(w, r)

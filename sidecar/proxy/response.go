@@ -113,7 +113,7 @@ func denial(v *decide.Verdict) (contentType string, body []byte) {
 			b.Error.Type = "tokens"
 		}
 		body, _ = json.Marshal(b)
-		return "application/json", body
+		return jsonType, body
 	case policy.BodyText:
 		return "text/plain; charset=utf-8", []byte(d.Message + "\n")
 	case policy.BodyTemplate:
@@ -125,7 +125,7 @@ func denial(v *decide.Verdict) (contentType string, body []byte) {
 		b.RetryAfter = &d.RetryAfter
 	}
 	body, _ = json.Marshal(b)
-	return "application/json", body
+	return jsonType, body
 }
 
 // never says why no wait lets a denied request pass.
@@ -160,13 +160,16 @@ func writeDeniedFast(ctx *fasthttp.RequestCtx, v *decide.Verdict) {
 	ctx.SetBody(body)
 }
 
+// jsonType is the Content-Type of the sidecar's own JSON answers.
+const jsonType = "application/json"
+
 var unavailableBody = []byte(`{"error":"rate_limiter_unavailable","message":"The rate limiter cannot decide and the policy fails closed; retry later."}`)
 
 // writeUnavailable answers 503 while a policy whose failure mode is Closed cannot decide. It
 // carries no Retry-After: the request passes once Redis answers again, which no one knows when.
 func writeUnavailable(w http.ResponseWriter) {
 	hd := w.Header()
-	hd["Content-Type"] = []string{"application/json"}
+	hd["Content-Type"] = []string{jsonType}
 	hd["Content-Length"] = []string{strconv.Itoa(len(unavailableBody))}
 	hd["Cache-Control"] = []string{"no-store"}
 	w.WriteHeader(http.StatusServiceUnavailable)
@@ -176,7 +179,7 @@ func writeUnavailable(w http.ResponseWriter) {
 // writeUnavailableFast is writeUnavailable for a fasthttp request.
 func writeUnavailableFast(ctx *fasthttp.RequestCtx) {
 	hd := &ctx.Response.Header
-	hd.SetContentType("application/json")
+	hd.SetContentType(jsonType)
 	hd.Set("Cache-Control", "no-store")
 	ctx.SetStatusCode(http.StatusServiceUnavailable)
 	ctx.SetBody(unavailableBody)

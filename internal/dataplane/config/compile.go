@@ -60,6 +60,9 @@ type Policy struct {
 	ContentType string
 	Rules       []*Rule
 	Fallback    *metrics.Fallback
+	// Adaptive, when the policy has adaptiveConcurrency, is the pod's adaptive limit on the
+	// requests in flight to its application, kept across reloads (Adaptives).
+	Adaptive *Adaptive
 }
 
 // Rule is a compiled policy.Rule.
@@ -174,11 +177,11 @@ func Compile(doc *policy.Document, labels map[string]string, m *metrics.Metrics)
 // named podName (its rank in each policy's Pods gives its local shares; empty when the pod's
 // name is not known). m provides the metric handles.
 func CompileFor(doc *policy.Document, labels map[string]string, podName string, m *metrics.Metrics) (*Config, error) {
-	return compileFor(doc, labels, podName, m, &Verifiers{})
+	return compileFor(doc, labels, podName, m, &Verifiers{}, &Adaptives{})
 }
 
 // compileFor is CompileFor taking the token verifiers of policies with jwt from vs.
-func compileFor(doc *policy.Document, labels map[string]string, podName string, m *metrics.Metrics, vs *Verifiers) (*Config, error) {
+func compileFor(doc *policy.Document, labels map[string]string, podName string, m *metrics.Metrics, vs *Verifiers, as *Adaptives) (*Config, error) {
 	c := &Config{Present: true, Namespace: doc.Namespace, Labels: labels}
 	for _, p := range doc.Policies {
 		if !p.Selects(labels) {
@@ -187,6 +190,9 @@ func compileFor(doc *policy.Document, labels map[string]string, podName string, 
 		cp, err := compilePolicyRules(p, podName, m, false, vs)
 		if err != nil {
 			return nil, fmt.Errorf("policy %s: %w", p.Name, err)
+		}
+		if p.Adaptive != nil {
+			cp.Adaptive = as.get(p.Name, *p.Adaptive, m)
 		}
 		c.Policies = append(c.Policies, cp)
 	}

@@ -27,7 +27,7 @@ func TestVerifiersSurviveReloads(t *testing.T) {
 	var vs Verifiers
 	compile := func(d *policy.Document) {
 		t.Helper()
-		c, err := compileFor(d, labels, "", m, &vs)
+		c, err := compileFor(d, labels, "", m, &vs, &Adaptives{})
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -55,6 +55,8 @@ type Loader struct {
 	Log     *slog.Logger
 	// Verifiers keeps the policies' token verifiers across reloads; its Options are theirs.
 	Verifiers Verifiers
+	// Adaptives keeps the policies' adaptive limits across reloads.
+	Adaptives Adaptives
 
 	current atomic.Pointer[Config]
 	ready   atomic.Bool
@@ -133,6 +135,7 @@ func (l *Loader) load() error {
 	}
 	l.failed = ""
 	l.Verifiers.retain(next)
+	l.Adaptives.retain(next)
 	l.gen++
 	next.Generation, next.hash = l.gen, hash
 	l.current.Store(next)
@@ -182,7 +185,7 @@ func (l *Loader) compile(present bool, data, compressed, labelData []byte) (*Con
 	if l.Verifiers.Options.Log == nil {
 		l.Verifiers.Options.Log = l.Log
 	}
-	return compileFor(doc, labels, l.PodName, l.Metrics, &l.Verifiers)
+	return compileFor(doc, labels, l.PodName, l.Metrics, &l.Verifiers, &l.Adaptives)
 }
 
 func inputHash(present bool, data, compressed, labelData []byte, labels map[string]string, podName string) string {

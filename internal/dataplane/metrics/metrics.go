@@ -53,6 +53,8 @@ type Metrics struct {
 
 	responseCostMissing *prometheus.CounterVec
 	slotsHeld           *prometheus.GaugeVec
+	adaptiveLimit       *prometheus.GaugeVec
+	adaptiveShed        *prometheus.CounterVec
 	jwt                 jwtCollectors
 	limitOverrides      *prometheus.CounterVec
 }
@@ -130,6 +132,15 @@ func New() *Metrics {
 		Help: "Slots of Concurrency rules this pod's requests hold now (admitted, response not finished), by policy and rule.",
 	}, policyRuleLabels)
 	m.Registry.MustRegister(m.slotsHeld)
+	m.adaptiveLimit = prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Name: "sluice_adaptive_limit",
+		Help: "A policy's adaptive limit on the requests in flight to this pod's application (adaptiveConcurrency), now.",
+	}, []string{policyLabel})
+	m.adaptiveShed = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "sluice_adaptive_shed_total",
+		Help: "Requests shed with 503 by a policy's adaptive limit on the requests in flight to this pod's application (adaptiveConcurrency); not in sluice_requests_total, whose rules never saw them.",
+	}, []string{policyLabel})
+	m.Registry.MustRegister(m.adaptiveLimit, m.adaptiveShed)
 	m.jwt = newJWTCollectors(m.Registry)
 	m.limitOverrides = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "sluice_limit_overrides_total",
@@ -187,6 +198,12 @@ func (m *Metrics) ResponseCostMissing(policyName, rule string) prometheus.Counte
 // created only for those, so other rules have no such series.
 func (m *Metrics) SlotsHeld(policyName, rule string) prometheus.Gauge {
 	return m.slotsHeld.WithLabelValues(policyName, rule)
+}
+
+// Adaptive returns the sluice_adaptive_limit gauge and sluice_adaptive_shed_total counter of
+// a policy with adaptiveConcurrency; they are created only for those.
+func (m *Metrics) Adaptive(policyName string) (limit prometheus.Gauge, shed prometheus.Counter) {
+	return m.adaptiveLimit.WithLabelValues(policyName), m.adaptiveShed.WithLabelValues(policyName)
 }
 
 // LimitOverride returns the sluice_limit_overrides_total counter of a descriptor rule's

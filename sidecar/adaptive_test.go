@@ -1,0 +1,64 @@
+package main
+
+import (
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/sluice-dev/sluice/internal/policy"
+	"github.com/sluice-dev/sluice/internal/testutil/redisserver"
+	st "github.com/sluice-dev/sluice/internal/testutil/sidecartest"
+)
+
+// TestAdaptiveConcurrencySheds: a policy's adaptive limit pinned at 2 (minLimit = maxLimit)
+// through the built sidecar. With 2 requests held at the application, a third is shed with
+// 503 and Retry-After: 1 before any rule sees it (the rate rule counts only the 2, and no
+// 429), the shed is counted and the limit shown; once the 2 end, requests pass again.
+func TestAdaptiveConcurrencySheds(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds the binary")
+	}
+	up := newSlowUpstream(t)
+	r := redisserver.StartTest(t)
+	doc := st.Doc(t, st.Policy("guard", []policy.Rule{st.Rule("rate", 1000, time.Hour)}, func(p *policy.Policy) {
+		p.Selector.MatchLabels = map[string]string{"app": "guard"}
+		p.Adaptive = &policy.Adaptive{MinLimit: 2, MaxLimit: 2, TolerancePct: 125}
+	}))
+	s := startSidecarDoc(t, up.URL, doc, "app=guard", r.URL())
+	done := make(chan int, 2)
+	for range 2 {
+		go func() { c, _, _ := get(t, s, "/slow", "k"); done <- c }()
+	}
+	up.waitInflight(t, 2)
+	code, hdr, body := get(t, s, "/fast", "k")
+	if code != http.StatusServiceUnavailable || hdr.Get("Retry-After") != "1" || !strings.Contains(body, `"overloaded"`) {
+		t.Fatalf("a third request in flight: %d, Retry-After %q, %s; want 503, 1, overloaded", code, hdr.Get("Retry-After"), body)
+	}
+	m := scrape(t, "http://"+s.Admin+"/metrics")
+	for _, want := range []string{
+		`sluice_adaptive_shed_total{policy="guard"} 1`,
+		`sluice_adaptive_limit{policy="guard"} 2`,
+		`sluice_requests_total{decision="allowed",policy="guard",rule="rate"} 2`,
+	} {
+		if !strings.Contains(m, want+"\n") {
+			t.Errorf("metrics without %s", want)
+		}
+	}
+	up.open()
+	for range 2 {
+		if c := <-done; c != http.StatusOK {
+			t.Fatalf("a held request answered %d", c)
+		}
+	}
+	st.Eventually(t, func() error {
+		if c, _, _ := get(t, s, "/fast", "k"); c != http.StatusOK {
+			return errStatus(c)
+		}
+		return nil
+	})
+}
+
+type errStatus int
+
+func (e errStatus) Error() string { return "status " + http.StatusText(int(e)) }

@@ -1,0 +1,137 @@
+package proxy
+
+import (
+	"net/http"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/valyala/fasthttp"
+	"k8s.io/utils/clock"
+
+	"github.com/sluice-dev/sluice/internal/dataplane/config"
+)
+
+// Adaptive protection of the pod (a policy's adaptiveConcurrency): before any rule is decided,
+// a request takes a place in the adaptive limit of every selected policy that has one, or is
+// shed with 503 and Retry-After: 1. Its places are given back when its response is finished,
+// as a Concurrency slot is; the latency to the upstream response's head is what the limits
+// learn from (a streamed response's length says nothing about the application's load).
+
+// places are the adaptive limits a request holds a place in. Close gives them back, once.
+type places struct {
+	list []*config.Adaptive
+	once sync.Once
+	// observed is set once the latency was recorded.
+	observed bool
+}
+
+// admitAdaptive takes a place in each adaptive limit of cfg: nil, true when there is none;
+// nil, false when one is full (the places already taken given back, the shed counted).
+func admitAdaptive(cfg *config.Config) (*places, bool) {
+	var p *places
+	for _, pol := range cfg.Policies {
+		a := pol.Adaptive
+		if a == nil {
+			continue
+		}
+		if !a.Acquire() {
+			a.Shed.Inc()
+			if p != nil {
+				_ = p.Close()
+			}
+			return nil, false
+		}
+		if p == nil {
+			p = &places{}
+		}
+		p.list = append(p.list, a)
+	}
+	return p, true
+}
+
+// observe records the latency from forwarding to the upstream response's head, once.
+func (p *places) observe(latency time.Duration) {
+	if p == nil || p.observed {
+		return
+	}
+	p.observed = true
+	for _, a := range p.list {
+		a.LimitGauge.Set(float64(a.Observe(latency)))
+	}
+}
+
+// Close gives the places back (fasthttp closes a request's user values once its response is
+// finished).
+func (p *places) Close() error {
+	if p != nil {
+		p.once.Do(func() {
+			for _, a := range p.list {
+				a.Release()
+			}
+		})
+	}
+	return nil
+}
+
+// placesKey is the user value under which a request's places wait for its end.
+const placesKey = "sluice.places"
+
+// shedRetryAfter is a shed request's Retry-After: a place frees as soon as any request in
+// flight ends, so the advice is to come back soon (as for a Concurrency rule's denial).
+const shedRetryAfter = "1"
+
+var shedBody = []byte(`{"error":"overloaded","message":"The application has as many requests in flight as it can take now; retry soon."}`)
+
+// writeShed answers a request the adaptive limit sheds.
+func writeShed(w http.ResponseWriter) {
+	hd := w.Header()
+	hd["Content-Type"] = []string{jsonType}
+	hd["Content-Length"] = []string{strconv.Itoa(len(shedBody))}
+	hd["Cache-Control"] = []string{"no-store"}
+	hd["Retry-After"] = []string{shedRetryAfter}
+	w.WriteHeader(http.StatusServiceUnavailable)
+	_, _ = w.Write(shedBody)
+}
+
+// writeShedFast is writeShed for a fasthttp request.
+func writeShedFast(ctx *fasthttp.RequestCtx) {
+	hd := &ctx.Response.Header
+	hd.SetContentType(jsonType)
+	hd.Set("Cache-Control", "no-store")
+	hd.Set("Retry-After", shedRetryAfter)
+	ctx.SetStatusCode(http.StatusServiceUnavailable)
+	ctx.SetBody(shedBody)
+}
+
+// headWriter records the latency from start (set when the request is forwarded) to the
+// response's head for the places of an h2c request.
+type headWriter struct {
+	http.ResponseWriter
+	p     *places
+	clock clock.PassiveClock
+	start time.Time
+}
+
+func (w *headWriter) WriteHeader(code int) {
+	if code >= 200 && !w.start.IsZero() {
+		w.p.observe(w.clock.Since(w.start))
+	}
+	w.ResponseWriter.WriteHeader(code)
+}
+
+func (w *headWriter) Write(b []byte) (int, error) {
+	if !w.start.IsZero() {
+		w.p.observe(w.clock.Since(w.start))
+	}
+	return w.ResponseWriter.Write(b)
+}
+
+func (w *headWriter) Flush() {
+	if f, ok := w.ResponseWriter.(http.Flusher); ok {
+		f.Flush()
+	}
+}
+
+// Unwrap lets http.ResponseController reach the writer underneath.
+func (w *headWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
