@@ -20,6 +20,7 @@ func (h *Handler) tunnel(ctx *fasthttp.RequestCtx, s *requestScan, peer netip.Ad
 	req := &ctx.Request
 	s.prepare(&req.Header, peer, true)
 	req.UseHostHeader = true
+	start := h.opts.Clock.Now()
 	up, err := h.dialUpstream()
 	if err != nil {
 		h.opts.Metrics.UpstreamErrors.Inc()
@@ -42,6 +43,11 @@ func (h *Handler) tunnel(ctx *fasthttp.RequestCtx, s *requestScan, peer netip.Ad
 		resp.Reset()
 		ctx.SetStatusCode(http.StatusBadGateway)
 		return
+	}
+	// The adaptive limits learn from the upgrade's answer too: a pod whose traffic is all
+	// tunnels would otherwise never grow its limit past minLimit.
+	if pl, ok := ctx.UserValue(placesKey).(*places); ok {
+		pl.observe(h.opts.Clock.Since(start))
 	}
 	if resp.StatusCode() != http.StatusSwitchingProtocols {
 		// Refused: an ordinary response, read whole (refusals are short) on a connection
