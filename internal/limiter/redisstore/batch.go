@@ -3,6 +3,7 @@ package redisstore
 import (
 	"context"
 	"errors"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -89,9 +90,11 @@ type call struct {
 	// takes are the group's takes (see request.go), naming keys by index.
 	takes []scriptTake
 
-	// Set by the batcher before it sends on done: requestFields integers per take.
+	// Set by the batcher before it sends on done: requestFields integers per take, in buf
+	// for a group of one take (see reply).
 	vals []int64
 	err  error
+	buf  [requestFields]int64
 	// done receives one value, sent by finish once vals and err are set (buffered: finish
 	// never waits for a caller that has gone).
 	done chan struct{}
@@ -114,7 +117,7 @@ func getCall() *call { return calls.Get().(*call) }
 func (c *call) recycle() {
 	c.timer.Stop()
 	done, timer := c.done, c.timer
-	*c = call{done: done, timer: timer}
+	*c = call{done: done, timer: timer} // buf too: nothing of a reply outlives its call
 	calls.Put(c)
 }
 
@@ -297,8 +300,9 @@ func (b *batcher) close() {
 // the budget). While at most directMax calls are in do, the batcher is not busy (flow.busy)
 // and a wire token is free, a call makes its own round trip (on a pooled connection, as an
 // unbatched Store does); otherwise it queues for the next pipeline, waiting on a pooled call
-// (see call) rather than on a context of its own.
-func (b *batcher) do(ctx context.Context, deadline time.Time, nowArg string, keys []string, takes []scriptTake) ([]int64, error) {
+// (see call) rather than on a context of its own. With one set, the reply of a group of one
+// take may be returned in it.
+func (b *batcher) do(ctx context.Context, deadline time.Time, nowArg string, keys []string, takes []scriptTake, one *[requestFields]int64) ([]int64, error) {
 	if d, ok := ctx.Deadline(); ok && (deadline.IsZero() || d.Before(deadline)) {
 		deadline = d
 	}
@@ -354,7 +358,7 @@ func (b *batcher) do(ctx context.Context, deadline time.Time, nowArg string, key
 	// Queued: every path that returns before done has received abandons the call (no recycle).
 	select {
 	case <-c.done:
-		return c.reply()
+		return c.reply(one)
 	case <-ctx.Done():
 		c.timer.Stop()
 		return nil, ctx.Err()
@@ -364,7 +368,7 @@ func (b *batcher) do(ctx context.Context, deadline time.Time, nowArg string, key
 		// Abandoned: still queued (no sender will take it) or in a pipeline close gave up on.
 		select {
 		case <-c.done:
-			return c.reply()
+			return c.reply(one)
 		default:
 			c.timer.Stop()
 			return nil, ErrClosed
@@ -372,9 +376,19 @@ func (b *batcher) do(ctx context.Context, deadline time.Time, nowArg string, key
 	}
 }
 
-// reply is the reply of a call received from done, which goes back to the pool.
-func (c *call) reply() ([]int64, error) {
+// reply is the reply of a call received from done, which goes back to the pool: a reply in
+// c.buf is copied to one (or, when one is nil, to a slice of its own), since the call's next
+// user will overwrite it.
+func (c *call) reply(one *[requestFields]int64) ([]int64, error) {
 	vals, err := c.vals, c.err
+	if len(vals) == requestFields && &vals[0] == &c.buf[0] {
+		if one != nil {
+			*one = c.buf
+			vals = one[:]
+		} else {
+			vals = slices.Clone(vals)
+		}
+	}
 	c.recycle()
 	return vals, err
 }
@@ -558,24 +572,29 @@ func (b *batcher) coalesce(calls []*call, perSlot bool) []*merged {
 	return out
 }
 
-// finish hands each call its part of the script's reply.
+// finish hands each call its part of the script's reply, decoded into the call's buf for a
+// group of one take (no allocation per decision).
 func (m *merged) finish(vals []int64, err error) {
-	parts := make([][]int64, len(m.calls))
 	var rp replay
-	for i, c := range m.calls {
+	for _, c := range m.calls {
 		if err != nil {
 			break
 		}
-		parts[i], vals, err = decodeReplies(vals, c.takes, &rp)
+		if len(c.takes) == 1 {
+			c.vals = c.buf[:]
+		} else {
+			c.vals = make([]int64, requestFields*len(c.takes))
+		}
+		vals, err = decodeInto(c.vals, vals, c.takes, &rp)
 	}
 	if err == nil && (len(vals) != 0 || rp.left != 0) {
 		err = errReply
 	}
-	for i, c := range m.calls {
+	for _, c := range m.calls {
 		if err != nil {
 			c.finish(nil, err)
 		} else {
-			c.finish(parts[i], nil)
+			c.finish(c.vals, nil)
 		}
 	}
 }

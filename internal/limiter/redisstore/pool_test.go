@@ -149,7 +149,8 @@ func checkPool(t *testing.T) {
 }
 
 // TestCallRecycle: recycle empties a call whose reply was received and keeps its channel and
-// timer; a recycled call's timer does not fire for its last user.
+// timer; a recycled call's timer does not fire for its last user; a reply decoded into the
+// call's buf is handed over in a copy, untouched by the call's next use.
 func TestCallRecycle(t *testing.T) {
 	c := getCall()
 	done, timer := c.done, c.timer
@@ -157,16 +158,36 @@ func TestCallRecycle(t *testing.T) {
 	c.timer.Reset(time.Millisecond)
 	c.finish([]int64{1}, errReply)
 	<-c.done
-	vals, err := c.reply()
+	vals, err := c.reply(nil)
 	if len(vals) != 1 || !errors.Is(err, errReply) {
 		t.Fatalf("reply: %v, %v", vals, err)
 	}
-	if c.done != done || c.timer != timer || len(c.done) != 0 || c.vals != nil || c.err != nil || c.ctx != nil || c.nowArg != "" || c.keys != nil {
+	if c.done != done || c.timer != timer || len(c.done) != 0 || c.vals != nil || c.err != nil || c.ctx != nil || c.nowArg != "" || c.keys != nil || c.buf != [requestFields]int64{} {
 		t.Fatalf("recycled call: %+v", c)
 	}
 	select {
 	case <-timer.C:
 		t.Fatal("a recycled call's stopped timer fired")
 	case <-time.After(5 * time.Millisecond):
+	}
+
+	want := [requestFields]int64{1, 2, 3, 4, 5, 6, 7, 8}
+	var one [requestFields]int64
+	for _, into := range []*[requestFields]int64{nil, &one} {
+		c := &call{done: make(chan struct{}, 1), timer: time.NewTimer(time.Hour)}
+		c.buf = want
+		c.finish(c.buf[:], nil)
+		<-c.done
+		vals, err := c.reply(into)
+		if err != nil || [requestFields]int64(vals) != want {
+			t.Fatalf("reply into %p: %v, %v", into, vals, err)
+		}
+		if &vals[0] == &c.buf[0] || (into != nil && &vals[0] != &into[0]) {
+			t.Fatalf("reply into %p: not copied out of the call's buf", into)
+		}
+		c.buf = [requestFields]int64{} // the call's next use
+		if [requestFields]int64(vals) != want {
+			t.Fatalf("reply into %p changed by the call's reuse: %v", into, vals)
+		}
 	}
 }

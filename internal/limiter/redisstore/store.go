@@ -171,13 +171,14 @@ func (s *Store) nowArg(now time.Time) (string, error) {
 // run decides one group of the request script (see call in batch.go) and returns its
 // requestFields integers per take, within ctx.
 func (s *Store) run(ctx context.Context, nowArg string, keys []string, takes []scriptTake) ([]int64, error) {
-	return s.runBy(ctx, time.Time{}, nowArg, keys, takes)
+	return s.runBy(ctx, time.Time{}, nowArg, keys, takes, nil)
 }
 
 // runBy is run within ctx and by deadline (zero: ctx's alone). A single node's batcher waits for
 // the deadline without a context of its own (see batcher.do); a cluster's Store, or an
-// unbatched one, puts it on ctx first, which finding the key's master needs too.
-func (s *Store) runBy(ctx context.Context, deadline time.Time, nowArg string, keys []string, takes []scriptTake) ([]int64, error) {
+// unbatched one, puts it on ctx first, which finding the key's master needs too. With one set,
+// the reply of a group of one take may be returned in it (see batcher.do).
+func (s *Store) runBy(ctx context.Context, deadline time.Time, nowArg string, keys []string, takes []scriptTake, one *[requestFields]int64) ([]int64, error) {
 	if s.batch == nil {
 		var cancel context.CancelFunc
 		ctx, cancel = withDeadline(ctx, deadline)
@@ -189,7 +190,7 @@ func (s *Store) runBy(ctx context.Context, deadline time.Time, nowArg string, ke
 	}
 	var vals []int64
 	if b != nil {
-		vals, err = b.do(ctx, deadline, nowArg, keys, takes)
+		vals, err = b.do(ctx, deadline, nowArg, keys, takes, one)
 	} else {
 		vals, err = runDirect(ctx, s.client, nowArg, s.minTTL, keys, takes)
 	}
@@ -302,7 +303,8 @@ func (s *Store) Take(ctx context.Context, key string, lim limiter.Limit, n int64
 	start := time.Now()
 	deadline := start.Add(s.timeout)
 	// A group of one take that is committed even when denied (see lua/request.lua).
-	vals, err := s.runBy(ctx, deadline, nowArg, s.Keys(key, lim), s.alone(key, lim, n, now, kindEnforce, 0))
+	var one [requestFields]int64
+	vals, err := s.runBy(ctx, deadline, nowArg, s.Keys(key, lim), s.alone(key, lim, n, now, kindEnforce, 0), &one)
 	if err != nil {
 		return limiter.Result{}, s.wrapBy(ctx, deadline, err, time.Since(start))
 	}
@@ -325,7 +327,8 @@ func (s *Store) Charge(ctx context.Context, key string, lim limiter.Limit, n int
 	// The budget as a deadline, not a context: see runBy.
 	start := time.Now()
 	deadline := start.Add(s.timeout)
-	vals, err := s.runBy(ctx, deadline, nowArg, s.Keys(key, lim), s.alone(key, lim, n, now, kindCharge, 0))
+	var one [requestFields]int64
+	vals, err := s.runBy(ctx, deadline, nowArg, s.Keys(key, lim), s.alone(key, lim, n, now, kindCharge, 0), &one)
 	if err != nil {
 		return limiter.Result{}, s.wrapBy(ctx, deadline, err, time.Since(start))
 	}
