@@ -89,6 +89,10 @@ type call struct {
 	keys     []string // the group's Redis keys, each once
 	// takes are the group's takes (see request.go), naming keys by index.
 	takes []scriptTake
+	// key1 and take1 hold keys and takes for a group of one take (a Take or Charge), which
+	// then costs no slices of its own.
+	key1  [1]string
+	take1 [1]scriptTake
 
 	// Set by the batcher before it sends on done: requestFields integers per take, in buf
 	// for a group of one take (see reply).
@@ -302,7 +306,7 @@ func (b *batcher) close() {
 // unbatched Store does); otherwise it queues for the next pipeline, waiting on a pooled call
 // (see call) rather than on a context of its own. With one set, the reply of a group of one
 // take may be returned in it.
-func (b *batcher) do(ctx context.Context, deadline time.Time, nowArg string, keys []string, takes []scriptTake, one *[requestFields]int64) ([]int64, error) {
+func (b *batcher) do(ctx context.Context, deadline time.Time, nowArg string, g *group, one *[requestFields]int64) ([]int64, error) {
 	if d, ok := ctx.Deadline(); ok && (deadline.IsZero() || d.Before(deadline)) {
 		deadline = d
 	}
@@ -325,13 +329,20 @@ func (b *batcher) do(ctx context.Context, deadline time.Time, nowArg string, key
 		}
 		ctx, cancel := withDeadline(ctx, deadline)
 		defer cancel()
+		keys, takes := g.slices()
 		if b.cluster {
 			return runPiped(ctx, b.client, nowArg, b.minTTL, keys, takes)
 		}
 		return runDirect(ctx, b.client, nowArg, b.minTTL, keys, takes)
 	}
 	c := getCall()
-	c.ctx, c.deadline, c.nowArg, c.keys, c.takes = ctx, deadline, nowArg, keys, takes
+	c.ctx, c.deadline, c.nowArg = ctx, deadline, nowArg
+	if g.keys == nil {
+		c.key1[0], c.take1[0] = g.key, g.take
+		c.keys, c.takes = c.key1[:], c.take1[:]
+	} else {
+		c.keys, c.takes = g.keys, g.takes
+	}
 	var expire <-chan time.Time // nil, which never fires, without a deadline
 	if !deadline.IsZero() {
 		wait := time.Until(deadline)
@@ -374,6 +385,23 @@ func (b *batcher) do(ctx context.Context, deadline time.Time, nowArg string, key
 			return nil, ErrClosed
 		}
 	}
+}
+
+// group is the group of one call of do: keys and takes, or when keys is nil the one key and
+// take of a Take or Charge, which a queued call copies into its own storage (call.key1).
+type group struct {
+	keys  []string
+	takes []scriptTake
+	key   string
+	take  scriptTake
+}
+
+// slices is g's keys and takes as slices.
+func (g *group) slices() ([]string, []scriptTake) {
+	if g.keys == nil {
+		return []string{g.key}, []scriptTake{g.take}
+	}
+	return g.keys, g.takes
 }
 
 // reply is the reply of a call received from done, which goes back to the pool: a reply in

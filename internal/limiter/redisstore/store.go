@@ -190,7 +190,8 @@ func (s *Store) runBy(ctx context.Context, deadline time.Time, nowArg string, ke
 	}
 	var vals []int64
 	if b != nil {
-		vals, err = b.do(ctx, deadline, nowArg, keys, takes, one)
+		g := group{keys: keys, takes: takes}
+		vals, err = b.do(ctx, deadline, nowArg, &g, one)
 	} else {
 		vals, err = runDirect(ctx, s.client, nowArg, s.minTTL, keys, takes)
 	}
@@ -198,6 +199,16 @@ func (s *Store) runBy(ctx context.Context, deadline time.Time, nowArg string, ke
 		s.reloadCluster()
 	}
 	return vals, err
+}
+
+// runOne is runBy for a group of one take on one key (Take, Charge): on a single node's
+// batcher without a slice for either.
+func (s *Store) runOne(ctx context.Context, deadline time.Time, nowArg, key string, t scriptTake, one *[requestFields]int64) ([]int64, error) {
+	if s.batch == nil {
+		return s.runBy(ctx, deadline, nowArg, []string{key}, []scriptTake{t}, one)
+	}
+	g := group{key: key, take: t}
+	return s.batch.do(ctx, deadline, nowArg, &g, one)
 }
 
 // Master is the address of the Redis Cluster master holding key's state under lim, by the
@@ -304,7 +315,7 @@ func (s *Store) Take(ctx context.Context, key string, lim limiter.Limit, n int64
 	deadline := start.Add(s.timeout)
 	// A group of one take that is committed even when denied (see lua/request.lua).
 	var one [requestFields]int64
-	vals, err := s.runBy(ctx, deadline, nowArg, s.Keys(key, lim), s.alone(key, lim, n, now, kindEnforce, 0), &one)
+	vals, err := s.runOne(ctx, deadline, nowArg, s.key(key, lim), s.aloneTake(key, lim, n, now, kindEnforce, 0), &one)
 	if err != nil {
 		return limiter.Result{}, s.wrapBy(ctx, deadline, err, time.Since(start))
 	}
@@ -328,7 +339,7 @@ func (s *Store) Charge(ctx context.Context, key string, lim limiter.Limit, n int
 	start := time.Now()
 	deadline := start.Add(s.timeout)
 	var one [requestFields]int64
-	vals, err := s.runBy(ctx, deadline, nowArg, s.Keys(key, lim), s.alone(key, lim, n, now, kindCharge, 0), &one)
+	vals, err := s.runOne(ctx, deadline, nowArg, s.key(key, lim), s.aloneTake(key, lim, n, now, kindCharge, 0), &one)
 	if err != nil {
 		return limiter.Result{}, s.wrapBy(ctx, deadline, err, time.Since(start))
 	}
@@ -338,9 +349,14 @@ func (s *Store) Charge(ctx context.Context, key string, lim limiter.Limit, n int
 // alone is the one take of a Take (kind kindEnforce), Charge or Issue: a group of its own,
 // committed even when denied.
 func (s *Store) alone(key string, lim limiter.Limit, n int64, now time.Time, kind, flags int64) []scriptTake {
+	return []scriptTake{s.aloneTake(key, lim, n, now, kind, flags)}
+}
+
+// aloneTake is alone's take.
+func (s *Store) aloneTake(key string, lim limiter.Limit, n int64, now time.Time, kind, flags int64) scriptTake {
 	t := takeOf(0, &limiter.Take{Key: key, Limit: lim, N: n}, now)
 	t.flags = kind | flagAlone | flags
-	return []scriptTake{t}
+	return t
 }
 
 // State is what Inspect reports of a key.
@@ -401,6 +417,11 @@ var reasons = map[int64]limiter.Reason{
 // Keys returns the Redis keys that hold key's state under lim, the script's KEYS (one, in this
 // layout): for inspecting state (MEMORY USAGE, TTL) and in tests. See the package comment.
 func (s *Store) Keys(key string, lim limiter.Limit) []string {
+	return []string{s.key(key, lim)}
+}
+
+// key is Keys' one key.
+func (s *Store) key(key string, lim limiter.Limit) string {
 	// The hashed bytes on the stack for the usual key (no allocation but the key's string).
 	var in [128]byte
 	tag := algTag(lim)
@@ -422,7 +443,7 @@ func (s *Store) Keys(key string, lim limiter.Limit) []string {
 	k.Write(id[:])
 	k.WriteString("}:")
 	k.WriteString(schema)
-	return []string{k.String()}
+	return k.String()
 }
 
 // algTag names lim's algorithm and leaky mode in the hash of its key.
