@@ -3,6 +3,7 @@ package redisstore
 import (
 	"context"
 	"errors"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -72,17 +73,75 @@ const (
 )
 
 // call is one Take or TakeRequest waiting for its batch: a group of the request script.
+//
+// Calls are pooled (getCall), with their done channel and timer: a decision costs no call, no
+// channel, no context and no timer of its own. A call goes back to the pool only once its
+// caller has received its reply on done, after which the batcher never touches it again; a
+// call whose caller gave up (its budget ran out, ctx was canceled, the Store closed) may still
+// be in a batch, and is left to the garbage collector, so a reused call is never handed a
+// reply meant for an earlier caller.
 type call struct {
-	ctx    context.Context // the caller's, with the budget
-	nowArg string          // the request script's ARGV[1]
-	keys   []string        // the group's Redis keys, each once
+	ctx context.Context // the caller's, for its cancellation
+	// deadline is the end of the caller's budget (the earlier of Options.Timeout and ctx's
+	// deadline); zero for none (only tests).
+	deadline time.Time
+	nowArg   string   // the request script's ARGV[1]
+	keys     []string // the group's Redis keys, each once
 	// takes are the group's takes (see request.go), naming keys by index.
 	takes []scriptTake
+	// key1 and take1 hold keys and takes for a group of one take (a Take or Charge), which
+	// then costs no slices of its own.
+	key1  [1]string
+	take1 [1]scriptTake
 
-	// Set by the batcher before it closes done: requestFields integers per take.
+	// Set by the batcher before it sends on done: requestFields integers per take, in buf
+	// for a group of one take (see reply).
 	vals []int64
 	err  error
+	buf  [requestFields]int64
+	// done receives one value, sent by finish once vals and err are set (buffered: finish
+	// never waits for a caller that has gone).
 	done chan struct{}
+	// timer ends the caller's wait at deadline; stopped whenever the call is pooled.
+	timer *time.Timer
+}
+
+// calls is the pool of calls (see call).
+var calls = sync.Pool{New: func() any {
+	t := time.NewTimer(time.Hour)
+	t.Stop()
+	return &call{done: make(chan struct{}, 1), timer: t}
+}}
+
+// getCall is a pooled call, its done channel empty and its timer stopped.
+func getCall() *call { return calls.Get().(*call) }
+
+// recycle puts c back in the pool: only once its reply was received from done, or before it
+// was ever queued.
+func (c *call) recycle() {
+	c.timer.Stop()
+	done, timer := c.done, c.timer
+	*c = call{done: done, timer: timer} // buf too: nothing of a reply outlives its call
+	calls.Put(c)
+}
+
+// budget is the end of the call's budget: its deadline, else its context's.
+func (c *call) budget() (time.Time, bool) {
+	if !c.deadline.IsZero() {
+		return c.deadline, true
+	}
+	return c.ctx.Deadline()
+}
+
+// expired is why the call's caller gave up, or nil: ctx canceled, or the budget spent by now.
+func (c *call) expired(now time.Time) error {
+	if err := c.ctx.Err(); err != nil {
+		return err
+	}
+	if !c.deadline.IsZero() && !now.Before(c.deadline) {
+		return context.DeadlineExceeded
+	}
+	return nil
 }
 
 // batcher sends the calls queued on it as pipelines. Safe for concurrent use.
@@ -240,11 +299,17 @@ func (b *batcher) close() {
 }
 
 // do decides one group (see call) for one caller and returns its requestFields integers per
-// take, or ctx's error as soon as ctx is done, whether or not the batch is still in flight.
-// While at most directMax calls are in do, the batcher is not busy (flow.busy) and a wire token
-// is free, a call makes its own round trip (on a pooled connection, as an unbatched Store
-// does); otherwise it queues for the next pipeline.
-func (b *batcher) do(ctx context.Context, nowArg string, keys []string, takes []scriptTake) ([]int64, error) {
+// take, or an error as soon as ctx is done or deadline (zero: none; ctx's deadline applies
+// too) has passed, whether or not the batch is still in flight (context.DeadlineExceeded for
+// the budget). While at most directMax calls are in do, the batcher is not busy (flow.busy)
+// and a wire token is free, a call makes its own round trip (on a pooled connection, as an
+// unbatched Store does); otherwise it queues for the next pipeline, waiting on a pooled call
+// (see call) rather than on a context of its own. With one set, the reply of a group of one
+// take may be returned in it.
+func (b *batcher) do(ctx context.Context, deadline time.Time, nowArg string, g *group, one *[requestFields]int64) ([]int64, error) {
+	if d, ok := ctx.Deadline(); ok && (deadline.IsZero() || d.Before(deadline)) {
+		deadline = d
+	}
 	defer b.active.Add(-1)
 	n := b.active.Add(1)
 	load := n
@@ -262,33 +327,107 @@ func (b *batcher) do(ctx context.Context, nowArg string, keys []string, takes []
 			return nil, ErrClosed
 		default:
 		}
+		ctx, cancel := withDeadline(ctx, deadline)
+		defer cancel()
+		keys, takes := g.slices()
 		if b.cluster {
 			return runPiped(ctx, b.client, nowArg, b.minTTL, keys, takes)
 		}
 		return runDirect(ctx, b.client, nowArg, b.minTTL, keys, takes)
 	}
-	c := &call{ctx: ctx, nowArg: nowArg, keys: keys, takes: takes, done: make(chan struct{})}
+	c := getCall()
+	c.ctx, c.deadline, c.nowArg = ctx, deadline, nowArg
+	if g.keys == nil {
+		c.key1[0], c.take1[0] = g.key, g.take
+		c.keys, c.takes = c.key1[:], c.take1[:]
+	} else {
+		c.keys, c.takes = g.keys, g.takes
+	}
+	var expire <-chan time.Time // nil, which never fires, without a deadline
+	if !deadline.IsZero() {
+		wait := time.Until(deadline)
+		if wait <= 0 {
+			c.recycle()
+			return nil, context.DeadlineExceeded
+		}
+		c.timer.Reset(wait)
+		expire = c.timer.C
+	}
+	// Not queued yet: the call is still the caller's alone, and goes back to the pool.
 	select {
 	case b.queue <- c:
 	case <-ctx.Done():
+		c.recycle()
 		return nil, ctx.Err()
+	case <-expire:
+		c.recycle()
+		return nil, context.DeadlineExceeded
 	case <-b.stop:
+		c.recycle()
 		return nil, ErrClosed
 	}
+	// Queued: every path that returns before done has received abandons the call (no recycle).
 	select {
 	case <-c.done:
-		return c.vals, c.err
+		return c.reply(one)
 	case <-ctx.Done():
+		c.timer.Stop()
 		return nil, ctx.Err()
+	case <-expire:
+		return nil, context.DeadlineExceeded
 	case <-b.stop:
 		// Abandoned: still queued (no sender will take it) or in a pipeline close gave up on.
 		select {
 		case <-c.done:
-			return c.vals, c.err
+			return c.reply(one)
 		default:
+			c.timer.Stop()
 			return nil, ErrClosed
 		}
 	}
+}
+
+// group is the group of one call of do: keys and takes, or when keys is nil the one key and
+// take of a Take or Charge, which a queued call copies into its own storage (call.key1).
+type group struct {
+	keys  []string
+	takes []scriptTake
+	key   string
+	take  scriptTake
+}
+
+// slices is g's keys and takes as slices.
+func (g *group) slices() ([]string, []scriptTake) {
+	if g.keys == nil {
+		return []string{g.key}, []scriptTake{g.take}
+	}
+	return g.keys, g.takes
+}
+
+// reply is the reply of a call received from done, which goes back to the pool: a reply in
+// c.buf is copied to one (or, when one is nil, to a slice of its own), since the call's next
+// user will overwrite it.
+func (c *call) reply(one *[requestFields]int64) ([]int64, error) {
+	vals, err := c.vals, c.err
+	if len(vals) == requestFields && &vals[0] == &c.buf[0] {
+		if one != nil {
+			*one = c.buf
+			vals = one[:]
+		} else {
+			vals = slices.Clone(vals)
+		}
+	}
+	c.recycle()
+	return vals, err
+}
+
+// withDeadline is ctx with deadline (zero: none), and its cancel; ctx itself when that adds
+// nothing.
+func withDeadline(ctx context.Context, deadline time.Time) (context.Context, context.CancelFunc) {
+	if d, ok := ctx.Deadline(); deadline.IsZero() || (ok && !deadline.Before(d)) {
+		return ctx, func() {}
+	}
+	return context.WithDeadline(ctx, deadline)
 }
 
 // run is one sender: it blocks for a first call, takes whatever else is queued, sends the
@@ -338,8 +477,9 @@ func (b *batcher) send(batch []*call) {
 	live := make([]*call, 0, len(batch))
 	var deadline time.Time
 	patient := false // a caller without a deadline
+	now := time.Now()
 	for _, c := range batch {
-		if err := c.ctx.Err(); err != nil {
+		if err := c.expired(now); err != nil {
 			c.finish(nil, err)
 			continue
 		}
@@ -347,7 +487,7 @@ func (b *batcher) send(batch []*call) {
 		// Take always sets a deadline (Options.Timeout); the pipeline may take as long as the
 		// most patient caller, and no longer: once every caller has gone, its replies are moot.
 		// (Only tests call without one.)
-		if d, ok := c.ctx.Deadline(); !ok {
+		if d, ok := c.budget(); !ok {
 			patient = true
 		} else if d.After(deadline) {
 			deadline = d
@@ -460,24 +600,29 @@ func (b *batcher) coalesce(calls []*call, perSlot bool) []*merged {
 	return out
 }
 
-// finish hands each call its part of the script's reply.
+// finish hands each call its part of the script's reply, decoded into the call's buf for a
+// group of one take (no allocation per decision).
 func (m *merged) finish(vals []int64, err error) {
-	parts := make([][]int64, len(m.calls))
 	var rp replay
-	for i, c := range m.calls {
+	for _, c := range m.calls {
 		if err != nil {
 			break
 		}
-		parts[i], vals, err = decodeReplies(vals, c.takes, &rp)
+		if len(c.takes) == 1 {
+			c.vals = c.buf[:]
+		} else {
+			c.vals = make([]int64, requestFields*len(c.takes))
+		}
+		vals, err = decodeInto(c.vals, vals, c.takes, &rp)
 	}
 	if err == nil && (len(vals) != 0 || rp.left != 0) {
 		err = errReply
 	}
-	for i, c := range m.calls {
+	for _, c := range m.calls {
 		if err != nil {
 			c.finish(nil, err)
 		} else {
-			c.finish(parts[i], nil)
+			c.finish(c.vals, nil)
 		}
 	}
 }
@@ -498,9 +643,10 @@ func (b *batcher) exec(ctx context.Context, scripts []*merged, src bool) []*redi
 	return cmds
 }
 
+// finish completes c: the batcher does not touch c again (its caller may reuse it at once).
 func (c *call) finish(vals []int64, err error) {
 	c.vals, c.err = vals, err
-	close(c.done)
+	c.done <- struct{}{}
 }
 
 // hashTag is the part of key Redis Cluster hashes to find its slot: what lies between the

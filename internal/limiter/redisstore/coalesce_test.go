@@ -35,7 +35,7 @@ func instantOf(nowArg string) time.Time {
 // queueTake is the call Take makes for one take.
 func queueTake(ctx context.Context, s *Store, nowArg string, t limiter.Take) queued {
 	st := s.alone(t.Key, t.Limit, t.N, instantOf(nowArg), kindEnforce, 0)
-	return queued{&call{ctx: ctx, nowArg: nowArg, keys: s.Keys(t.Key, t.Limit), takes: st, done: make(chan struct{})}, []limiter.Take{t}}
+	return queued{&call{ctx: ctx, nowArg: nowArg, keys: s.Keys(t.Key, t.Limit), takes: st, done: make(chan struct{}, 1)}, []limiter.Take{t}}
 }
 
 // queueRequest is the call TakeRequest makes on a single node.
@@ -52,7 +52,7 @@ func queueRequest(ctx context.Context, s *Store, nowArg string, takes []limiter.
 		st = append(st, takeOf(k, &takes[i], instantOf(nowArg)))
 	}
 	st[len(st)-1].flags |= flagEnd
-	return queued{&call{ctx: ctx, nowArg: nowArg, keys: keys, takes: st, done: make(chan struct{})}, takes}
+	return queued{&call{ctx: ctx, nowArg: nowArg, keys: keys, takes: st, done: make(chan struct{}, 1)}, takes}
 }
 
 // TestCoalescedBatchesEqualMemoryStore sends batches of 1 to 64 calls (Takes on one hot key and

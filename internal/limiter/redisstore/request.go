@@ -143,6 +143,17 @@ var errReply = errors.New("request script returned a reply that does not fit its
 // order, sharing one replay).
 func decodeReplies(vals []int64, takes []scriptTake, rp *replay) (out, rest []int64, err error) {
 	out = make([]int64, requestFields*len(takes))
+	rest, err = decodeInto(out, vals, takes, rp)
+	if err != nil {
+		return nil, nil, err
+	}
+	return out, rest, nil
+}
+
+// decodeInto is decodeReplies into out, requestFields integers per take, which it overwrites
+// whole.
+func decodeInto(out, vals []int64, takes []scriptTake, rp *replay) (rest []int64, err error) {
+	clear(out)
 	for i := range takes {
 		o := out[requestFields*i:]
 		if rp.left == 0 && len(vals) >= 5 && vals[0] < 0 { // a run the script left to replay
@@ -151,26 +162,26 @@ func decodeReplies(vals []int64, takes []scriptTake, rp *replay) (out, rest []in
 		}
 		if rp.left > 0 {
 			if !rp.next(&takes[i], o) {
-				return nil, nil, errReply
+				return nil, errReply
 			}
 			continue
 		}
 		if len(vals) < 1 || vals[0] < 0 {
-			return nil, nil, errReply
+			return nil, errReply
 		}
 		r1 := vals[0]
 		o[0], o[1], o[2], o[5] = r1&1, r1>>6&(1<<27-1), r1>>33, r1>>3&3
 		vals = vals[1:]
 		if r1&32 != 0 {
 			if len(vals) < 1 {
-				return nil, nil, errReply
+				return nil, errReply
 			}
 			o[2] = vals[0]
 			vals = vals[1:]
 		}
 		if r1&2 != 0 {
 			if len(vals) < 1 {
-				return nil, nil, errReply
+				return nil, errReply
 			}
 			if r1&1 == 1 {
 				o[4] = vals[0]
@@ -181,13 +192,13 @@ func decodeReplies(vals []int64, takes []scriptTake, rp *replay) (out, rest []in
 		}
 		if r1&4 != 0 {
 			if len(vals) < 2 {
-				return nil, nil, errReply
+				return nil, errReply
 			}
 			o[6], o[7] = vals[0], vals[1]
 			vals = vals[2:]
 		}
 	}
-	return out, vals, nil
+	return vals, nil
 }
 
 // replay is a run of admitted repeats of one Take that the request script charged as one take

@@ -41,8 +41,8 @@ type Options struct {
 	// Prefix starts every key, e.g. to share a Redis with other programs; empty means
 	// DefaultPrefix. At most 64 bytes, without braces, spaces or control characters.
 	Prefix string
-	// Timeout is the budget of one Take, applied with context.WithTimeout on top of the
-	// caller's context; zero means DefaultTimeout. It bounds how long a request waits on a
+	// Timeout is the budget of one Take, on top of the caller's context (the earlier
+	// deadline applies); zero means DefaultTimeout. It bounds how long a request waits on a
 	// slow or unreachable Redis before the caller falls back. The client must honour context
 	// deadlines (ContextTimeoutEnabled; NewClientFromURL sets it).
 	Timeout time.Duration
@@ -171,15 +171,29 @@ func (s *Store) nowArg(now time.Time) (string, error) {
 }
 
 // run decides one group of the request script (see call in batch.go) and returns its
-// requestFields integers per take.
+// requestFields integers per take, within ctx.
 func (s *Store) run(ctx context.Context, nowArg string, keys []string, takes []scriptTake) ([]int64, error) {
+	return s.runBy(ctx, time.Time{}, nowArg, keys, takes, nil)
+}
+
+// runBy is run within ctx and by deadline (zero: ctx's alone). A single node's batcher waits for
+// the deadline without a context of its own (see batcher.do); a cluster's Store, or an
+// unbatched one, puts it on ctx first, which finding the key's master needs too. With one set,
+// the reply of a group of one take may be returned in it (see batcher.do).
+func (s *Store) runBy(ctx context.Context, deadline time.Time, nowArg string, keys []string, takes []scriptTake, one *[requestFields]int64) ([]int64, error) {
+	if s.batch == nil {
+		var cancel context.CancelFunc
+		ctx, cancel = withDeadline(ctx, deadline)
+		defer cancel()
+	}
 	b, err := s.batcherFor(ctx, keys[0])
 	if err != nil {
 		return nil, err
 	}
 	var vals []int64
 	if b != nil {
-		vals, err = b.do(ctx, nowArg, keys, takes)
+		g := group{keys: keys, takes: takes}
+		vals, err = b.do(ctx, deadline, nowArg, &g, one)
 	} else {
 		vals, err = runDirect(ctx, s.client, nowArg, s.minTTL, keys, takes)
 	}
@@ -187,6 +201,16 @@ func (s *Store) run(ctx context.Context, nowArg string, keys []string, takes []s
 		s.reloadCluster()
 	}
 	return vals, err
+}
+
+// runOne is runBy for a group of one take on one key (Take, Charge): on a single node's
+// batcher without a slice for either.
+func (s *Store) runOne(ctx context.Context, deadline time.Time, nowArg, key string, t scriptTake, one *[requestFields]int64) ([]int64, error) {
+	if s.batch == nil {
+		return s.runBy(ctx, deadline, nowArg, []string{key}, []scriptTake{t}, one)
+	}
+	g := group{key: key, take: t}
+	return s.batch.do(ctx, deadline, nowArg, &g, one)
 }
 
 // Master is the address of the Redis Cluster master holding key's state under lim, by the
@@ -288,13 +312,14 @@ func (s *Store) Take(ctx context.Context, key string, lim limiter.Limit, n int64
 	if lim.Algorithm == limiter.Concurrency {
 		return limiter.Result{}, fmt.Errorf("%w: a Concurrency slot is taken by TakeRequest, with its holder", limiter.ErrInvalidLimit)
 	}
-	ctx, cancel := context.WithTimeout(ctx, s.timeout)
-	defer cancel()
+	// The budget as a deadline, not a context: see runBy.
 	start := time.Now()
+	deadline := start.Add(s.timeout)
 	// A group of one take that is committed even when denied (see lua/request.lua).
-	vals, err := s.run(ctx, nowArg, s.Keys(key, lim), s.alone(key, lim, n, now, kindEnforce, 0))
+	var one [requestFields]int64
+	vals, err := s.runOne(ctx, deadline, nowArg, s.key(key, lim), s.aloneTake(key, lim, n, now, kindEnforce, 0), &one)
 	if err != nil {
-		return limiter.Result{}, s.wrap(ctx, err, time.Since(start))
+		return limiter.Result{}, s.wrapBy(ctx, deadline, err, time.Since(start))
 	}
 	return resultFrom(vals, lim.Capacity()), nil
 }
@@ -312,12 +337,13 @@ func (s *Store) Charge(ctx context.Context, key string, lim limiter.Limit, n int
 	if err := limiter.ValidateCharge(lim, n); err != nil {
 		return limiter.Result{}, err
 	}
-	ctx, cancel := context.WithTimeout(ctx, s.timeout)
-	defer cancel()
+	// The budget as a deadline, not a context: see runBy.
 	start := time.Now()
-	vals, err := s.run(ctx, nowArg, s.Keys(key, lim), s.alone(key, lim, n, now, kindCharge, 0))
+	deadline := start.Add(s.timeout)
+	var one [requestFields]int64
+	vals, err := s.runOne(ctx, deadline, nowArg, s.key(key, lim), s.aloneTake(key, lim, n, now, kindCharge, 0), &one)
 	if err != nil {
-		return limiter.Result{}, s.wrap(ctx, err, time.Since(start))
+		return limiter.Result{}, s.wrapBy(ctx, deadline, err, time.Since(start))
 	}
 	return resultFrom(vals, lim.Capacity()), nil
 }
@@ -325,9 +351,14 @@ func (s *Store) Charge(ctx context.Context, key string, lim limiter.Limit, n int
 // alone is the one take of a Take (kind kindEnforce), Charge or Issue: a group of its own,
 // committed even when denied.
 func (s *Store) alone(key string, lim limiter.Limit, n int64, now time.Time, kind, flags int64) []scriptTake {
+	return []scriptTake{s.aloneTake(key, lim, n, now, kind, flags)}
+}
+
+// aloneTake is alone's take.
+func (s *Store) aloneTake(key string, lim limiter.Limit, n int64, now time.Time, kind, flags int64) scriptTake {
 	t := takeOf(0, &limiter.Take{Key: key, Limit: lim, N: n}, now)
 	t.flags = kind | flagAlone | flags
-	return []scriptTake{t}
+	return t
 }
 
 // State is what Inspect reports of a key.
@@ -388,6 +419,11 @@ var reasons = map[int64]limiter.Reason{
 // Keys returns the Redis keys that hold key's state under lim, the script's KEYS (one, in this
 // layout): for inspecting state (MEMORY USAGE, TTL) and in tests. See the package comment.
 func (s *Store) Keys(key string, lim limiter.Limit) []string {
+	return []string{s.key(key, lim)}
+}
+
+// key is Keys' one key.
+func (s *Store) key(key string, lim limiter.Limit) string {
 	// The hashed bytes on the stack for the usual key (no allocation but the key's string).
 	var in [128]byte
 	tag := algTag(lim)
@@ -409,7 +445,7 @@ func (s *Store) Keys(key string, lim limiter.Limit) []string {
 	k.Write(id[:])
 	k.WriteString("}:")
 	k.WriteString(schema)
-	return []string{k.String()}
+	return k.String()
 }
 
 // algTag names lim's algorithm and leaky mode in the hash of its key.
@@ -484,11 +520,17 @@ func (e *Error) Is(target error) bool {
 // who canceled its own context gets the context's error back unwrapped by *Error: that is not
 // Redis failing.
 func (s *Store) wrap(ctx context.Context, err error, elapsed time.Duration) error {
+	return s.wrapBy(ctx, time.Time{}, err, elapsed)
+}
+
+// wrapBy is wrap for a call made with ctx by deadline (zero: none but ctx's): a call that
+// failed once deadline had passed ran out of time, as one whose context had run out.
+func (s *Store) wrapBy(ctx context.Context, deadline time.Time, err error, elapsed time.Duration) error {
 	if errors.Is(err, context.Canceled) && ctx.Err() == context.Canceled {
 		return fmt.Errorf("redisstore: %w", err)
 	}
 	var ne interface{ Timeout() bool }
 	timeout := errors.Is(err, context.DeadlineExceeded) || ctx.Err() == context.DeadlineExceeded ||
-		(errors.As(err, &ne) && ne.Timeout())
+		(!deadline.IsZero() && !time.Now().Before(deadline)) || (errors.As(err, &ne) && ne.Timeout())
 	return &Error{Timeout: timeout, Elapsed: elapsed, Err: err}
 }
