@@ -8,7 +8,6 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
-	"os"
 	"regexp"
 	"strconv"
 	"strings"
@@ -20,8 +19,6 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/sluice-dev/sluice/internal/policy"
-	"github.com/sluice-dev/sluice/internal/policyfile"
-	"github.com/sluice-dev/sluice/internal/render"
 	"github.com/sluice-dev/sluice/internal/testutil/proc"
 	"github.com/sluice-dev/sluice/internal/testutil/redisserver"
 	st "github.com/sluice-dev/sluice/internal/testutil/sidecartest"
@@ -568,20 +565,7 @@ func TestLLMConcurrentStreamsSample(t *testing.T) {
 	if testing.Short() {
 		t.Skip("builds the binary")
 	}
-	f, err := os.Open("../config/samples/llm-concurrent-streams.yaml")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
-	policies, err := policyfile.Decode(f, "llm-concurrent-streams.yaml")
-	if err != nil {
-		t.Fatal(err)
-	}
-	doc, _ := render.Build("default", policies, render.FixedReplicas(1))
-	data, err := policy.Marshal(doc)
-	if err != nil {
-		t.Fatal(err)
-	}
+	data := renderedSample(t, "llm-concurrent-streams.yaml")
 	up := newSlowUpstream(t)
 	r := redisserver.StartTest(t)
 	s := startSidecarDoc(t, up.URL, data, "app=llm-gateway", r.URL())

@@ -13,19 +13,16 @@ import (
 	"github.com/sluice-dev/sluice/internal/testutil/redisserver"
 )
 
-// config/samples/tiered.yaml promises that a request without a plan gets the strictest limit:
-// through the sidecar, requests without X-Plan (or with a plan that is none of the known ones)
-// are limited to 10 a minute per client, while a known plan's keys still pass.
-func TestTieredSampleLimitsRequestsWithoutAPlan(t *testing.T) {
-	if testing.Short() {
-		t.Skip("builds the binary")
-	}
-	f, err := os.Open("../config/samples/tiered.yaml")
+// renderedSample renders config/samples/<name> as the controller renders it for one replica:
+// the policies document a sidecar reads.
+func renderedSample(t *testing.T, name string) []byte {
+	t.Helper()
+	f, err := os.Open("../config/samples/" + name)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer f.Close()
-	policies, err := policyfile.Decode(f, "tiered.yaml")
+	policies, err := policyfile.Decode(f, name)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -34,6 +31,17 @@ func TestTieredSampleLimitsRequestsWithoutAPlan(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	return data
+}
+
+// config/samples/tiered.yaml promises that a request without a plan gets the strictest limit:
+// through the sidecar, requests without X-Plan (or with a plan that is none of the known ones)
+// are limited to 10 a minute per client, while a known plan's keys still pass.
+func TestTieredSampleLimitsRequestsWithoutAPlan(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds the binary")
+	}
+	data := renderedSample(t, "tiered.yaml")
 	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
 		_, _ = io.WriteString(w, "ok")
 	}))

@@ -22,16 +22,10 @@ import (
 	"github.com/sluice-dev/sluice/internal/testutil/redisserver"
 )
 
-// TestQuotaGetReset decides requests on a real redis-server with the sidecar's own
-// configuration, key and store code, then looks the counter up with `sluicectl quota get`
-// (remaining, debt after a charge from a response), resets it, and finds it never seen.
-func TestQuotaGetReset(t *testing.T) {
-	srv := redisserver.StartTest(t)
-	doc := &policy.Document{Version: policy.Version, Namespace: "shop", Policies: []policy.Policy{{
-		Name: "api", Selector: &metav1.LabelSelector{}, Replicas: 1, FailureMode: "Local", Response: policy.Response{StatusCode: 429, Headers: "Both"},
-		Rules: []policy.Rule{{Name: "tokens", Algorithm: "TokenBucket", Limit: 100, Burst: 100, WindowMs: 3_600_000, Cost: 1, Mode: "Enforce",
-			Key: []policy.KeyPart{{Source: policy.SourceHeader, Name: "X-Api-Key"}, {Source: policy.SourceClientIP}}}},
-	}}}
+// writePolicies writes doc where `sluicectl quota --policies` reads it and compiles it as the
+// sidecar does, returning the file and the first rule of the first policy.
+func writePolicies(t *testing.T, doc *policy.Document) (string, *config.Rule) {
+	t.Helper()
 	data, err := policy.Marshal(doc)
 	if err != nil {
 		t.Fatal(err)
@@ -48,18 +42,38 @@ func TestQuotaGetReset(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	rule := cfg.Policies[0].Rules[0]
+	return file, cfg.Policies[0].Rules[0]
+}
+
+// sidecarStore is the sidecar's Redis store on url, closed with the test.
+func sidecarStore(t *testing.T, url string) *redisstore.Store {
+	t.Helper()
+	client, err := redisstore.NewClientFromURL(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = client.Close() })
+	store := redisstore.New(client, redisstore.Options{Timeout: 5 * time.Second})
+	t.Cleanup(func() { _ = store.Close() })
+	return store
+}
+
+// TestQuotaGetReset decides requests on a real redis-server with the sidecar's own
+// configuration, key and store code, then looks the counter up with `sluicectl quota get`
+// (remaining, debt after a charge from a response), resets it, and finds it never seen.
+func TestQuotaGetReset(t *testing.T) {
+	srv := redisserver.StartTest(t)
+	doc := &policy.Document{Version: policy.Version, Namespace: "shop", Policies: []policy.Policy{{
+		Name: "api", Selector: &metav1.LabelSelector{}, Replicas: 1, FailureMode: "Local", Response: policy.Response{StatusCode: 429, Headers: "Both"},
+		Rules: []policy.Rule{{Name: "tokens", Algorithm: "TokenBucket", Limit: 100, Burst: 100, WindowMs: 3_600_000, Cost: 1, Mode: "Enforce",
+			Key: []policy.KeyPart{{Source: policy.SourceHeader, Name: "X-Api-Key"}, {Source: policy.SourceClientIP}}}},
+	}}}
+	file, rule := writePolicies(t, doc)
 	req := keys.Request{Method: "POST", Path: "/v1/chat", Header: keys.HTTPHeader{"X-Api-Key": {"key-a"}}}
 	req.SetPeer(netip.MustParseAddr("198.18.0.7"))
 	key := string(rule.Key.Append(nil, &req))
 
-	client, err := redisstore.NewClientFromURL(srv.URL())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer client.Close()
-	store := redisstore.New(client, redisstore.Options{Timeout: 5 * time.Second})
-	defer store.Close()
+	store := sidecarStore(t, srv.URL())
 	ctx := context.Background()
 	for range 3 {
 		if r, err := store.Take(ctx, key, rule.Limit, 1, time.Now()); err != nil || !r.Allowed {
@@ -116,33 +130,11 @@ func TestQuotaGetConcurrency(t *testing.T) {
 		Rules: []policy.Rule{{Name: "streams", Algorithm: "Concurrency", Limit: 4, WindowMs: policy.SlotExpiry.Milliseconds(), Cost: 1, Mode: "Enforce",
 			Key: []policy.KeyPart{{Source: policy.SourceHeader, Name: "X-Api-Key"}}}},
 	}}}
-	data, err := policy.Marshal(doc)
-	if err != nil {
-		t.Fatal(err)
-	}
-	file := filepath.Join(t.TempDir(), "policies.json")
-	if err := os.WriteFile(file, data, 0o600); err != nil {
-		t.Fatal(err)
-	}
-	parsed, err := policy.Parse(data)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cfg, err := config.Compile(parsed, nil, metrics.New())
-	if err != nil {
-		t.Fatal(err)
-	}
-	rule := cfg.Policies[0].Rules[0]
+	file, rule := writePolicies(t, doc)
 	req := keys.Request{Method: "POST", Path: "/v1/chat", Header: keys.HTTPHeader{"X-Api-Key": {"key-a"}}}
 	key := string(rule.Key.Append(nil, &req))
 
-	client, err := redisstore.NewClientFromURL(srv.URL())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer client.Close()
-	store := redisstore.New(client, redisstore.Options{Timeout: 5 * time.Second})
-	defer store.Close()
+	store := sidecarStore(t, srv.URL())
 	ctx := context.Background()
 	for h := int64(1); h <= 2; h++ {
 		takes := []limiter.Take{{Key: key, Limit: rule.Limit, N: 1, Holder: h}}

@@ -30,7 +30,7 @@ func TestOutageUsageIsCharged(t *testing.T) {
 				doc := st.Doc(t, st.Policy("api", []policy.Rule{st.Rule("per-client", limit, time.Hour, func(r *policy.Rule) {
 					r.Key = []policy.KeyPart{{Source: policy.SourceHeader, Name: "X-Client"}}
 				})}, func(p *policy.Policy) { p.Replicas = replicas }))
-				e := newEnv(t, doc, envOpt{cooldown: 100 * time.Millisecond})
+				e := newEnv(t, doc, envOpt{cooldown: 100 * time.Millisecond, timeout: hungTimeout})
 				client := map[string]string{"X-Client": "spender"}
 				probe := map[string]string{"X-Client": "probe"}
 

@@ -113,7 +113,7 @@ func TestResponseCostStreamsServerSentEventsAndChargesTheDebt(t *testing.T) {
 				clock := clocktesting.NewFakeClock(t0)
 				u := &costUpstream{gate: make(chan struct{})}
 				doc := st.Doc(t, st.Policy("llm", []policy.Rule{costRule("TokenBucket", 10, 10*time.Second, 1, policy.ResponseCost{JSONField: "usage.total_tokens"})}))
-				e := newEnv(t, doc, envOpt{noRedis: !redis, clock: clock, timeout: generousTimeout, upstream: u.ServeHTTP})
+				e := newEnv(t, doc, envOpt{noRedis: !redis, clock: clock, upstream: u.ServeHTTP})
 				e.client = client
 				t.Cleanup(client.CloseIdleConnections)
 
@@ -213,7 +213,7 @@ func TestResponseCostFromHeaderAndJSONBody(t *testing.T) {
 					clock := clocktesting.NewFakeClock(t0)
 					u := &costUpstream{}
 					doc := st.Doc(t, st.Policy("api", []policy.Rule{costRule("FixedWindow", 100, time.Hour, 2, tc.rc)}))
-					e := newEnv(t, doc, envOpt{noRedis: !redis, clock: clock, timeout: generousTimeout, upstream: u.ServeHTTP})
+					e := newEnv(t, doc, envOpt{noRedis: !redis, clock: clock, upstream: u.ServeHTTP})
 					e.client = client
 					t.Cleanup(client.CloseIdleConnections)
 					for i, s := range tc.steps {
@@ -283,7 +283,7 @@ func TestResponseCostWithExpectContinue(t *testing.T) {
 		t.Run(fmt.Sprintf("redis=%v", redis), func(t *testing.T) {
 			u := &costUpstream{}
 			doc := st.Doc(t, st.Policy("api", []policy.Rule{costRule("FixedWindow", 100, time.Hour, 2, policy.ResponseCost{JSONField: "usage.total_tokens"})}))
-			e := newEnv(t, doc, envOpt{noRedis: !redis, timeout: generousTimeout, upstream: u.ServeHTTP})
+			e := newEnv(t, doc, envOpt{noRedis: !redis, upstream: u.ServeHTTP})
 			client := &http.Client{Transport: &http.Transport{ExpectContinueTimeout: 5 * time.Second}}
 			t.Cleanup(client.CloseIdleConnections)
 			for i, s := range []struct{ path, left string }{
@@ -317,7 +317,7 @@ func TestResponseCostOnACalendarQuota(t *testing.T) {
 			u := &costUpstream{}
 			rule := costRule("FixedWindow", 100, 0, 1, policy.ResponseCost{Header: "X-Usage-Tokens"})
 			rule.WindowMs, rule.Calendar = 0, &policy.Calendar{Period: "Month", TimeZone: "UTC"}
-			e := newEnv(t, st.Doc(t, st.Policy("plan", []policy.Rule{rule})), envOpt{noRedis: !redis, clock: clock, timeout: generousTimeout, upstream: u.ServeHTTP})
+			e := newEnv(t, st.Doc(t, st.Policy("plan", []policy.Rule{rule})), envOpt{noRedis: !redis, clock: clock, upstream: u.ServeHTTP})
 			for i, s := range []struct{ query, left string }{{"h=60", "99"}, {"h=1000", "39"}} {
 				if resp, _ := e.do("GET", costPath(s.query), nil); resp.StatusCode != 200 || resp.Header.Get("X-RateLimit-Remaining") != s.left {
 					t.Fatalf("step %d: status %d, remaining %q, want 200 and %s", i, resp.StatusCode, resp.Header.Get("X-RateLimit-Remaining"), s.left)
@@ -351,7 +351,7 @@ func TestResponseCostKeepsTrailersAndHead(t *testing.T) {
 		for proto, client := range costClients() {
 			t.Run(fmt.Sprintf("redis=%v %s", redis, proto), func(t *testing.T) {
 				doc := st.Doc(t, st.Policy("api", []policy.Rule{costRule("FixedWindow", 100, time.Hour, 2, policy.ResponseCost{JSONField: "usage.total_tokens"})}))
-				e := newEnv(t, doc, envOpt{noRedis: !redis, timeout: generousTimeout, upstream: upstream})
+				e := newEnv(t, doc, envOpt{noRedis: !redis, upstream: upstream})
 				e.client = client
 				t.Cleanup(client.CloseIdleConnections)
 				resp, err := client.Get(e.srv.URL + "/")

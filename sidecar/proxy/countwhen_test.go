@@ -27,7 +27,7 @@ func TestCountWhenCountsOnlyMatchingResponses(t *testing.T) {
 					}
 					r.CountWhen = []policy.StatusRange{{Lo: 401, Hi: 401}, {Lo: 403, Hi: 403}, {Lo: 500, Hi: 599}}
 				})
-				e := newEnv(t, st.Doc(t, st.Policy("auth", []policy.Rule{rule})), envOpt{noRedis: !redis, timeout: generousTimeout})
+				e := newEnv(t, st.Doc(t, st.Policy("auth", []policy.Rule{rule})), envOpt{noRedis: !redis})
 				steps := []struct {
 					path string
 					code int

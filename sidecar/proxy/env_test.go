@@ -82,7 +82,10 @@ type envOpt struct {
 	noRedis  bool
 	watch    bool // run the loader's watch loop (file events only: the re-check is an hour)
 	cooldown time.Duration
-	timeout  time.Duration
+	// timeout is the Redis store's budget: generousTimeout unless set. Only tests of what a hung
+	// Redis does set a short one; any other test with a short budget would see a loaded
+	// machine turn a Redis decision into a local one, a counter of its own.
+	timeout time.Duration
 	// clock, when set, is the handler's clock, and Redis decides at its instants (explicit
 	// time) rather than at the server's.
 	clock *clocktesting.FakeClock
@@ -137,7 +140,7 @@ func newEnv(t *testing.T, doc []byte, o envOpt) *env {
 			t.Fatal(err)
 		}
 		t.Cleanup(func() { _ = client.Close() })
-		ro := redisstore.Options{Timeout: cmp(o.timeout, 50*time.Millisecond), ExplicitTime: o.clock != nil}
+		ro := redisstore.Options{Timeout: cmp(o.timeout, generousTimeout), ExplicitTime: o.clock != nil}
 		store := redisstore.New(client, ro)
 		t.Cleanup(func() { _ = store.Close() })
 		do.Remote = store
@@ -366,7 +369,11 @@ func rawUpgrade(t *testing.T, addr string) (net.Conn, *bufio.Reader) {
 	return conn, br
 }
 
-// generousTimeout is the Redis budget of tests that are not about timeouts: a bound on a hang,
-// so that a loaded machine running -race never turns a Redis decision into a local one (a
-// counter of its own, which would admit past a limit the test counts).
+// generousTimeout is the Redis budget of tests that are not about timeouts (the default): a
+// bound on a hang, so that a loaded machine running -race never turns a Redis decision into a
+// local one (a counter of its own, which would admit past a limit the test counts).
 const generousTimeout = 30 * time.Second
+
+// hungTimeout is the Redis budget of tests that pause Redis (SIGSTOP) and wait for decisions to
+// time out: short, so that they fall back quickly.
+const hungTimeout = 50 * time.Millisecond

@@ -102,8 +102,8 @@ func TestLeasedMultiRuleAllOrNothing(t *testing.T) {
 		}))
 	}
 	t0 := time.Date(2026, 2, 5, 0, 0, 0, 0, time.UTC)
-	leasedEnv := newEnv(t, doc(true), envOpt{clock: clocktesting.NewFakeClock(t0), timeout: generousTimeout, cooldown: time.Hour})
-	exactEnv := newEnv(t, doc(false), envOpt{clock: clocktesting.NewFakeClock(t0), timeout: generousTimeout, cooldown: time.Hour})
+	leasedEnv := newEnv(t, doc(true), envOpt{clock: clocktesting.NewFakeClock(t0), cooldown: time.Hour})
+	exactEnv := newEnv(t, doc(false), envOpt{clock: clocktesting.NewFakeClock(t0), cooldown: time.Hour})
 	rng := rand.New(rand.NewPCG(21, 14))
 	pick := func(prefix string, n int) string { return fmt.Sprintf("%s%d", prefix, rng.IntN(n)) }
 	var admitted, denied int

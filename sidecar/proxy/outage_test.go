@@ -28,7 +28,7 @@ func TestRedisOutage(t *testing.T) {
 				})}, func(p *policy.Policy) {
 					p.Replicas, p.FailureMode = replicas, mode
 				}))
-				e := newEnv(t, doc, envOpt{cooldown: 100 * time.Millisecond})
+				e := newEnv(t, doc, envOpt{cooldown: 100 * time.Millisecond, timeout: hungTimeout})
 				phase := func(p string) func(int) map[string]string {
 					return func(int) map[string]string { return map[string]string{"X-Phase": p} }
 				}

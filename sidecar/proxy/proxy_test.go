@@ -310,7 +310,7 @@ func TestQueueSpacesRequests(t *testing.T) {
 	t0 := time.Date(2026, 2, 5, 0, 0, 0, 0, time.UTC)
 	clk := clocktesting.NewFakeClock(t0)
 	// A generous Redis budget: a timeout would decide that request locally, without the queue.
-	e := newEnv(t, doc, envOpt{clock: clk, timeout: generousTimeout})
+	e := newEnv(t, doc, envOpt{clock: clk})
 	const n = 6
 	var wg sync.WaitGroup
 	// On failure, release what is still queued, or closing the server would wait for it.

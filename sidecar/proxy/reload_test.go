@@ -17,7 +17,7 @@ func TestHotReloadUnderLoad(t *testing.T) {
 	generous := st.Doc(t, st.Policy("api", []policy.Rule{st.Rule("r", 100_000_000, time.Hour)}))
 	// A generous Redis budget: a call that timed out on a loaded machine would fall back to the
 	// local share, a counter of its own, and admit past the tight limit below.
-	e := newEnv(t, generous, envOpt{watch: true, timeout: generousTimeout})
+	e := newEnv(t, generous, envOpt{watch: true})
 	l := e.startLoad(4, "/", func(int) map[string]string { return nil })
 	waitRequests(t, l, 200)
 

@@ -86,7 +86,7 @@ func TestSidecarAnswersTellTheTruth(t *testing.T) {
 	for mode := range scModes {
 		t.Run(scModeNames[mode], func(t *testing.T) {
 			clk := clocktesting.NewFakeClock(time.UnixMilli(1_800_000_000_000))
-			o := envOpt{clock: clk, timeout: generousTimeout, noRedis: mode == scLocal}
+			o := envOpt{clock: clk, noRedis: mode == scLocal}
 			if mode == scDown {
 				o.timeout = 0
 			}
