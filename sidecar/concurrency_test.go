@@ -34,6 +34,27 @@ type slowUpstream struct {
 	gate          chan struct{}
 }
 
+// release lets the held requests finish and checks that the n whose codes arrive on codes were
+// answered 200.
+func (u *slowUpstream) release(t *testing.T, codes <-chan int, n int) {
+	t.Helper()
+	u.open()
+	for range n {
+		if c := <-codes; c != http.StatusOK {
+			t.Fatalf("a held request answered %d", c)
+		}
+	}
+}
+
+// checkMax checks that the application saw at most, and at some point exactly, want requests
+// at once.
+func (u *slowUpstream) checkMax(t *testing.T, want int64) {
+	t.Helper()
+	if m := u.max.Load(); m != want {
+		t.Errorf("the application saw %d requests at once, want %d", m, want)
+	}
+}
+
 func newSlowUpstream(t *testing.T) *slowUpstream {
 	u := &slowUpstream{gate: make(chan struct{})}
 	u.Server = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -206,9 +227,7 @@ func TestConcurrencyAcrossSidecars(t *testing.T) {
 		waitSlots(t, sc[0], 0)
 		waitSlots(t, sc[1], 0)
 	}
-	if m := up.max.Load(); m != 5 {
-		t.Errorf("the application saw %d requests at once, want 5", m)
-	}
+	up.checkMax(t, 5)
 }
 
 // TestConcurrencyStreamsHoldTheirSlot: an event stream holds its slot until it ends, and a
@@ -440,15 +459,8 @@ func TestConcurrencyLocalShares(t *testing.T) {
 	if a, b := slotsHeld(t, sc[0]), slotsHeld(t, sc[1]); a != 3 || b != 2 {
 		t.Errorf("pods hold %d and %d slots, want their shares 3 and 2", a, b)
 	}
-	up.open()
-	for range 5 {
-		if c := <-codes; c != http.StatusOK {
-			t.Fatalf("a held request answered %d", c)
-		}
-	}
-	if m := up.max.Load(); m != 5 {
-		t.Errorf("the application saw %d requests at once, want 5", m)
-	}
+	up.release(t, codes, 5)
+	up.checkMax(t, 5)
 }
 
 // TestConcurrencyRedisKilledMidLoad: Redis is killed while pod a holds 2 slots it took there.
@@ -522,12 +534,7 @@ func TestConcurrencyRedisKilledMidLoad(t *testing.T) {
 	if c, _, body := get(t, b, "/fast", "k"); c != http.StatusTooManyRequests {
 		t.Fatalf("a sixth request after Redis came back: %d %s, want 429", c, body)
 	}
-	up.open()
-	for range 5 {
-		if c := <-codes; c != http.StatusOK {
-			t.Fatalf("a held request answered %d", c)
-		}
-	}
+	up.release(t, codes, 5)
 	waitSlots(t, a, 0)
 	waitSlots(t, b, 0)
 	waitHeld(0)
@@ -546,15 +553,8 @@ func TestConcurrencyRedisKilledMidLoad(t *testing.T) {
 	}
 	up.waitInflight(t, 5)
 	waitHeld(5)
-	up.open()
-	for range 5 {
-		if c := <-codes; c != http.StatusOK {
-			t.Fatalf("a held request answered %d", c)
-		}
-	}
-	if m := up.max.Load(); m != 5 {
-		t.Errorf("the application saw %d requests at once, want 5", m)
-	}
+	up.release(t, codes, 5)
+	up.checkMax(t, 5)
 }
 
 // config/samples/llm-concurrent-streams.yaml promises each API key 4 concurrent streams:
