@@ -20,11 +20,13 @@
 # Needs: go, wrk, nginx, redis-server, python3. Usage: bench/proxy.sh  (DURATION=10 RATE=1000
 # CONNS=32 THREADS=1 to change the defaults; BENCH_REPEAT=3 repeats the wrk and fixed-rate runs;
 # FIXED=0 skips the fixed-rate runs;
-# PROFILE=0 and OUTAGE=0 skip the profile and the outage run; BASELINE=path/to/sluice-sidecar adds
+# PROFILE=0 and OUTAGE=0 skip the profile and the outage run; IDLE=N holds N idle keep-alive
+# connections to each proxy and reports its memory per connection (default 1000, 0 skips); BASELINE=path/to/sluice-sidecar adds
 # that binary in the same three configurations as "baseline-..." targets, to compare two builds in
 # one run; OUT=dir also writes each result as a tab-separated line to dir/proxy.tsv, "repeat
 # wrk|fixed target req/s p50-ms p99-ms non-2xx" and "repeat cpu target us-per-request rss-kib
-# requests peak-rss-kib", and wrk's outputs next to it, for bench/bench.sh).
+# requests peak-rss-kib" and "0 idle target rss-before-kib rss-held-kib connections", and wrk's
+# outputs next to it, for bench/bench.sh).
 set -euo pipefail
 
 DURATION=${DURATION:-10}
@@ -37,6 +39,7 @@ PROFILE=${PROFILE:-1}
 OUTAGE=${OUTAGE:-1}
 OUT=${OUT:-}
 BASELINE=${BASELINE:-}
+IDLE=${IDLE:-1000}
 
 cd "$(dirname "$0")/.."
 for bin in go wrk nginx redis-server python3; do
@@ -53,6 +56,7 @@ go build -o "$WORK/upstream" ./cmd/upstream
 go build -o "$WORK/loadgen" ./bench/loadgen
 go build -o "$WORK/bareproxy" ./bench/bareproxy
 go build -o "$WORK/jwtmint" ./bench/jwtmint
+go build -o "$WORK/idleconns" ./bench/idleconns
 
 UP=$(freeport); REDIS=$(freeport); NGINX=$(freeport); BARE=$(freeport)
 "$WORK/upstream" -listen "127.0.0.1:$UP" & PIDS+=($!)
@@ -261,6 +265,35 @@ if "sidecar+redis+jwt" in names:
           f"{m(lambda r: r['sidecar+redis+jwt'][3] / r['sidecar+redis+header'][3]):.2f}x (medians of the repeats)")
 EOF
 curl -s "http://127.0.0.1:$JWT_M/metrics" | grep '^sluice_jwt_tokens_total' || true
+
+# Idle keep-alive connections: IDLE connections held open (bench/idleconns: one request each,
+# then idle) to each proxy, after its wrk runs; its resident memory (VmRSS, children included)
+# read before they open and 2 s after the last one served its request, and the difference per
+# connection.
+if [ "$IDLE" -gt 0 ]; then
+  echo "## $IDLE idle keep-alive connections: resident memory before, while held, and per connection"
+  echo "| configuration | RSS before | RSS with $IDLE idle connections | per connection |"
+  echo "| --- | --: | --: | --: |"
+  for t in "${TARGETS[@]}"; do
+    read -r name port pid <<<"$t"
+    case $name in nginx+limit_req|bare-fasthttp|sidecar-no-policy|sidecar+redis|baseline-no-policy|baseline+redis) ;; *) continue ;; esac
+    before=$(rss "$pid")
+    coproc IDLER { "$WORK/idleconns" -addr "127.0.0.1:$port" -n "$IDLE"; }
+    idler=$IDLER_PID
+    read -r ready _ <&"${IDLER[0]}" || ready=""
+    if [ "$ready" != ready ]; then
+      echo "idleconns against $name did not get its connections" >&2
+      exit 1
+    fi
+    sleep 2
+    held=$(rss "$pid")
+    kill "$idler" 2>/dev/null || true
+    wait "$idler" 2>/dev/null || true
+    awk -v n="$name" -v b="$before" -v h="$held" -v c="$IDLE" \
+      'BEGIN { printf "| %s | %.1f MiB | %.1f MiB | %.1f KiB |\n", n, b / 1024, h / 1024, (h - b) / c }'
+    record 0 idle "$name" "$before" "$held" "$IDLE"
+  done
+fi
 
 # profile NAME PORT METRICS BINARY: a CPU profile of a sidecar under wrk (8 s), its top entries.
 profile() {

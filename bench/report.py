@@ -224,7 +224,11 @@ def section_proxy(out):
     targets = ["direct", "nginx+limit_req", "bare-fasthttp", "sidecar-no-policy", "sidecar+redis", "sidecar-leased",
                "sidecar-local", "baseline-no-policy", "baseline+redis", "baseline-leased", "baseline-local"]
     data, cpu, per = {}, {}, {}
+    idle = []
     for r in rows:
+        if r[1] == "idle":
+            idle.append(r[2:])
+            continue
         if r[1] == "cpu":
             c = cpu.setdefault(r[2], {"us": [], "rss": [], "peak": []})
             c["us"].append(float(r[3]))
@@ -302,6 +306,20 @@ def section_proxy(out):
             rps = med.get(("wrk", t), {}).get("rps", float("nan"))
             lines.append(f"| {t} | {median(c['us']):.1f} | **{rn:.2f}** | **{rb:.2f}** | {fmt_ratio(rps / rps0)} | "
                          f"{fmt_ratio(rps / rpsb)} | {max(c['peak']) / 1024:.1f} MiB | {goals.get(t, '')} |")
+    if idle:
+        n = idle[0][3]
+        lines += [
+            "",
+            f"Idle keep-alive connections: {n} held open to each proxy after its closed-loop runs "
+            "(bench/idleconns: one request each, then idle), its resident memory (VmRSS) before they open "
+            "and 2 s after the last one served its request.",
+            "",
+            f"| target | RSS before | RSS with {n} idle connections | per connection |",
+            "|---|--:|--:|--:|",
+        ]
+        for name, before, held, count in idle:
+            lines.append(f"| {name} | {float(before) / 1024:.1f} MiB | {float(held) / 1024:.1f} MiB | "
+                         f"{(float(held) - float(before)) / float(count):.1f} KiB |")
     lines.append("")
     return lines
 
