@@ -40,6 +40,9 @@ type decision struct {
 	// admission: settleCost charges the rest once the response has ended, and settle counts
 	// them missing when no response was watched.
 	cost []lateCharge
+	// adaptive are the adaptive limits' places the request holds (nil: none), whose latency
+	// forward and tunnel record.
+	adaptive *places
 }
 
 // lateCharge is a countWhen or responseCost rule's charge, made after the response, on the

@@ -162,6 +162,7 @@ func (h *Handler) admit(ctx *fasthttp.RequestCtx, a *admitted) bool {
 			ctx.SetUserValue(placesKey, pl)
 		}
 		a.d = h.decide(context.Background(), cfg, &view)
+		a.d.adaptive = pl
 		if hold := a.d.v.Hold; hold != nil {
 			// fasthttp closes a request's user values once its response is finished: the
 			// last body byte written, the client gone, an Upgrade tunnel closed (the
@@ -243,7 +244,10 @@ func (h *Handler) forward(ctx *fasthttp.RequestCtx, s *requestScan, peer netip.A
 		up = fasthttp.AcquireResponse()
 		up.Header.DisableNormalizing()
 	}
-	start := h.opts.Clock.Now()
+	var start time.Time
+	if d.adaptive != nil {
+		start = h.opts.Clock.Now()
+	}
 	if err := h.fast.Do(req, up); err != nil {
 		if up != resp {
 			fasthttp.ReleaseResponse(up)
@@ -260,8 +264,8 @@ func (h *Handler) forward(ctx *fasthttp.RequestCtx, s *requestScan, peer netip.A
 		ctx.SetStatusCode(http.StatusBadGateway)
 		return
 	}
-	if pl, ok := ctx.UserValue(placesKey).(*places); ok {
-		pl.observe(h.opts.Clock.Since(start))
+	if d.adaptive != nil {
+		d.adaptive.observe(h.opts.Clock.Since(start))
 	}
 	switch {
 	case up != resp:

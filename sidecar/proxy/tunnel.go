@@ -20,7 +20,10 @@ func (h *Handler) tunnel(ctx *fasthttp.RequestCtx, s *requestScan, peer netip.Ad
 	req := &ctx.Request
 	s.prepare(&req.Header, peer, true)
 	req.UseHostHeader = true
-	start := h.opts.Clock.Now()
+	var start time.Time
+	if d.adaptive != nil {
+		start = h.opts.Clock.Now()
+	}
 	up, err := h.dialUpstream()
 	if err != nil {
 		h.opts.Metrics.UpstreamErrors.Inc()
@@ -46,8 +49,8 @@ func (h *Handler) tunnel(ctx *fasthttp.RequestCtx, s *requestScan, peer netip.Ad
 	}
 	// The adaptive limits learn from the upgrade's answer too: a pod whose traffic is all
 	// tunnels would otherwise never grow its limit past minLimit.
-	if pl, ok := ctx.UserValue(placesKey).(*places); ok {
-		pl.observe(h.opts.Clock.Since(start))
+	if d.adaptive != nil {
+		d.adaptive.observe(h.opts.Clock.Since(start))
 	}
 	if resp.StatusCode() != http.StatusSwitchingProtocols {
 		// Refused: an ordinary response, read whole (refusals are short) on a connection
