@@ -64,14 +64,23 @@ var httpClient = &http.Client{Timeout: 5 * time.Second}
 // tally sends n requests to the pods' sidecars in turn, as one client, and counts the answers
 // by status code; a transport error counts as status 0, so it shows up in any comparison.
 func tally(podIPs []string, n int, h http.Header) map[int]int {
+	return tallyAt(n, h, false, func(i int) string {
+		return fmt.Sprintf("http://%s:%d/", podIPs[i%len(podIPs)], inject.DefaultListenPort)
+	})
+}
+
+// tallyAt sends n requests as the client h, the i-th to url(i), and counts the answers by
+// status (0 for a transport error). With fresh, each request opens a new connection.
+func tallyAt(n int, h http.Header, fresh bool, url func(i int) string) map[int]int {
 	counts := map[int]int{}
 	for i := range n {
-		req, err := http.NewRequest(http.MethodGet, fmt.Sprintf("http://%s:%d/", podIPs[i%len(podIPs)], inject.DefaultListenPort), nil)
+		req, err := http.NewRequest(http.MethodGet, url(i), nil)
 		Expect(err).NotTo(HaveOccurred())
 		req.Header = h.Clone()
+		req.Close = fresh
 		resp, err := httpClient.Do(req)
 		if err != nil {
-			GinkgoWriter.Printf("request %d to %s: %v\n", i, podIPs[i%len(podIPs)], err)
+			GinkgoWriter.Printf("request %d to %s: %v\n", i, url(i), err)
 			counts[0]++
 			continue
 		}

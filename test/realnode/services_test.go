@@ -5,8 +5,6 @@ package realnode
 import (
 	"context"
 	"fmt"
-	"io"
-	"net/http"
 	"os"
 	"path/filepath"
 	"time"
@@ -159,25 +157,8 @@ func clusterIP(ctx context.Context, name string) string {
 }
 
 // tallyService sends n requests, as one new client, to a Service's port 80 and counts the
-// answers by status (0 for a transport error).
+// answers by status (0 for a transport error), each on a new connection so that kube-proxy
+// picks a replica for each.
 func tallyService(ip string, n int) map[int]int {
-	counts := map[int]int{}
-	h := newClient()
-	for i := range n {
-		req, err := http.NewRequest(http.MethodGet, fmt.Sprintf("http://%s/", ip), nil)
-		Expect(err).NotTo(HaveOccurred())
-		req.Header = h.Clone()
-		// A new connection each time, so that kube-proxy picks a replica for each request.
-		req.Close = true
-		resp, err := httpClient.Do(req)
-		if err != nil {
-			GinkgoWriter.Printf("request %d to %s: %v\n", i, ip, err)
-			counts[0]++
-			continue
-		}
-		_, _ = io.Copy(io.Discard, resp.Body)
-		_ = resp.Body.Close()
-		counts[resp.StatusCode]++
-	}
-	return counts
+	return tallyAt(n, newClient(), true, func(int) string { return fmt.Sprintf("http://%s/", ip) })
 }
