@@ -206,14 +206,6 @@ type RateLimitPolicySpec struct {
 	// +optional
 	JWT *JWTSpec `json:"jwt,omitempty"`
 
-	// adaptiveConcurrency protects each selected pod's application: every sidecar keeps its own
-	// limit on the requests in flight to its application, which grows while the application's
-	// average latency stays near its lowest and shrinks when it rises, and sheds the requests
-	// beyond it with 503 and Retry-After: 1 before any rule is decided. Sidecars only: Envoy's
-	// rate limit service never sees a request end.
-	// +optional
-	AdaptiveConcurrency *AdaptiveConcurrency `json:"adaptiveConcurrency,omitempty"`
-
 	// rules are the limits of this policy. A request is limited when any enforced rule that
 	// matches it denies it. Rule names are unique within the policy.
 	// +required
@@ -343,23 +335,16 @@ type BodySpec struct {
 	Template string `json:"template,omitempty"`
 }
 
-// AdaptiveConcurrency is the parameters of a pod's adaptive limit on the requests in flight
-// to its application.
-// +kubebuilder:validation:XValidation:rule="!has(self.minLimit) || !has(self.maxLimit) || self.minLimit <= self.maxLimit",message="minLimit must not exceed maxLimit"
-type AdaptiveConcurrency struct {
+// AdaptiveSpec makes a Concurrency rule each pod's own protection of its application: the
+// rule's limit on the requests in flight, one per pod for every request the rule matches (no
+// key), adapts to the application's latency between minLimit and the rule's limit.
+type AdaptiveSpec struct {
 	// minLimit is the fewest requests in flight the limit shrinks to, and where it starts
-	// (default 4).
+	// (default 4, or the rule's limit when that is less). At most the rule's limit.
 	// +optional
 	// +kubebuilder:validation:Minimum=1
 	// +kubebuilder:validation:Maximum=100000000
 	MinLimit *int64 `json:"minLimit,omitempty"`
-
-	// maxLimit is the most requests in flight the limit grows to (default 1000, or minLimit
-	// when that is more).
-	// +optional
-	// +kubebuilder:validation:Minimum=1
-	// +kubebuilder:validation:Maximum=100000000
-	MaxLimit *int64 `json:"maxLimit,omitempty"`
 
 	// tolerancePercent is how far above its lowest, in percent of it, the application's
 	// average latency to a response's head may be while the limit still grows (default 125:
@@ -371,7 +356,10 @@ type AdaptiveConcurrency struct {
 }
 
 // Rule is one limit: which requests it counts, how it keys them, and how many it admits.
-// +kubebuilder:validation:XValidation:rule="size(self.key) > 0 || (has(self.match) && has(self.match.descriptors))",message="key needs at least one part; only a rule that matches descriptors may have key: [] (one counter for every descriptor it matches)",fieldPath=".key"
+// +kubebuilder:validation:XValidation:rule="size(self.key) > 0 || (has(self.match) && has(self.match.descriptors)) || has(self.adaptive)",message="key needs at least one part; only a rule that matches descriptors may have key: [] (one counter for every descriptor it matches), or an adaptive rule (one limit per pod)",fieldPath=".key"
+// +kubebuilder:validation:XValidation:rule="!has(self.adaptive) || self.algorithm == 'Concurrency'",message="adaptive applies only to algorithm Concurrency: it adapts a pod's limit on the requests in flight",fieldPath=".adaptive"
+// +kubebuilder:validation:XValidation:rule="!has(self.adaptive) || size(self.key) == 0",message="an adaptive rule is each pod's own limit on every request it matches in flight to its application: key must be []",fieldPath=".key"
+// +kubebuilder:validation:XValidation:rule="!has(self.adaptive) || !has(self.adaptive.minLimit) || self.adaptive.minLimit <= self.limit",message="adaptive.minLimit must not exceed limit, the most requests in flight the adaptive limit grows to",fieldPath=".adaptive.minLimit"
 // +kubebuilder:validation:XValidation:rule="self.limit > 0 || self.algorithm != 'Concurrency'",message="limit 0 denies every request: use it with a window algorithm; a Concurrency rule needs at least 1",fieldPath=".limit"
 // +kubebuilder:validation:XValidation:rule="self.limit > 0 || (!has(self.burst) && !has(self.leakyBucket) && !has(self.cost) && !has(self.costHeader) && !has(self.lease) && !has(self.countWhen) && !has(self.responseCost))",message="limit 0 denies every request the rule matches: burst, leakyBucket, cost, costHeader, lease, countWhen and responseCost do not apply",fieldPath=".limit"
 // +kubebuilder:validation:XValidation:rule="!has(self.burst) || self.algorithm in ['TokenBucket', 'LeakyBucket']",message="burst applies only to TokenBucket and LeakyBucket; the window algorithms admit limit per window",fieldPath=".burst"
@@ -435,7 +423,8 @@ type Rule struct {
 
 	// limit is the number of requests (cost units) admitted per window, 0 to 100000000.
 	// For TokenBucket and LeakyBucket it is the refill (leak) rate: limit per window; for
-	// Concurrency, the requests of a key in flight at once. 0 denies every request the rule
+	// Concurrency, the requests of a key in flight at once (for an adaptive rule, the most
+	// requests in flight each pod's adaptive limit grows to). 0 denies every request the rule
 	// matches, with no Retry-After (a block list entry, as envoyproxy/ratelimit's
 	// requests_per_unit: 0).
 	// +required
@@ -514,6 +503,16 @@ type Rule struct {
 	// LeakyBucket mode Queue.
 	// +optional
 	Lease *LeaseSpec `json:"lease,omitempty"`
+
+	// adaptive makes a Concurrency rule (with key: []) each pod's own protection of its
+	// application: rather than a fixed limit shared through Redis, every sidecar keeps a limit on
+	// the requests the rule matches in flight to its application, which grows (up to limit)
+	// while the application's average latency stays near its lowest and shrinks (down to
+	// adaptive.minLimit) when it rises. A request beyond it is shed with 503 and Retry-After: 1
+	// before the other rules are decided, so it charges none of them; in mode Shadow it is
+	// only counted. Sidecars only (never a descriptor rule); failureMode does not apply.
+	// +optional
+	Adaptive *AdaptiveSpec `json:"adaptive,omitempty"`
 
 	// tenantLimits gives the rule another limit (and burst) per tenant: per value of one of its
 	// key parts, from a table in a ConfigMap of the policy's namespace, edited without

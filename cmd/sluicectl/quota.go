@@ -173,6 +173,9 @@ func quotaKey(doc *policy.Document, policyName, ruleName string, values []string
 			if r.Name != ruleName {
 				continue
 			}
+			if r.Adaptive != nil {
+				return limiter.Limit{}, "", fmt.Errorf("rule %s is adaptive: each pod keeps its own limit, in no store (sluice_adaptive_limit on each pod's metrics shows it)", r.Name)
+			}
 			trusted, err := keys.ParseTrusted(p.TrustedProxies)
 			if err != nil {
 				return limiter.Limit{}, "", err

@@ -20,6 +20,7 @@ import (
 	"github.com/sluice-dev/sluice/internal/limiter/redisstore"
 	"github.com/sluice-dev/sluice/internal/policy"
 	"github.com/sluice-dev/sluice/internal/testutil/redisserver"
+	"github.com/sluice-dev/sluice/internal/testutil/sidecartest"
 )
 
 // writePolicies writes doc where `sluicectl quota --policies` reads it and compiles it as the
@@ -128,7 +129,8 @@ func TestQuotaGetConcurrency(t *testing.T) {
 	doc := &policy.Document{Version: policy.Version, Namespace: "llm", Policies: []policy.Policy{{
 		Name: "gateway", Selector: &metav1.LabelSelector{}, Replicas: 1, FailureMode: "Local", Response: policy.Response{StatusCode: 429, Headers: "Both"},
 		Rules: []policy.Rule{{Name: "streams", Algorithm: "Concurrency", Limit: 4, WindowMs: policy.SlotExpiry.Milliseconds(), Cost: 1, Mode: "Enforce",
-			Key: []policy.KeyPart{{Source: policy.SourceHeader, Name: "X-Api-Key"}}}},
+			Key: []policy.KeyPart{{Source: policy.SourceHeader, Name: "X-Api-Key"}}},
+			sidecartest.AdaptiveRule("upstream", 4, 100)},
 	}}}
 	file, rule := writePolicies(t, doc)
 	req := keys.Request{Method: "POST", Path: "/v1/chat", Header: keys.HTTPHeader{"X-Api-Key": {"key-a"}}}
@@ -163,5 +165,10 @@ func TestQuotaGetConcurrency(t *testing.T) {
 	}
 	if out := get(); !strings.Contains(out, "held:      1\n") || strings.Contains(out, holding(1)) || !strings.Contains(out, holding(2)) {
 		t.Fatalf("get after releasing holding 1:\n%s", out)
+	}
+	var stdout, stderr bytes.Buffer
+	args := []string{"quota", "get", "-n", "llm", "--policy", "gateway", "--rule", "upstream", "--key", "any", "--redis-url", srv.URL(), "--policies", file}
+	if code := run(args, nil, &stdout, &stderr); code == 0 || !strings.Contains(stderr.String(), "rule upstream is adaptive: each pod keeps its own limit") {
+		t.Fatalf("get of an adaptive rule: exit %d, stderr %s", code, stderr.String())
 	}
 }

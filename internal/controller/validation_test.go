@@ -151,12 +151,23 @@ var _ = Describe("RateLimitPolicy validation", func() {
 			algorithm(v1alpha1.FixedWindow)(p)
 			burst(5)(p)
 		}, "spec.rules[0].burst", "burst applies only to TokenBucket and LeakyBucket"),
-		Entry("adaptiveConcurrency minLimit above maxLimit", func(p *v1alpha1.RateLimitPolicy) {
-			p.Spec.AdaptiveConcurrency = &v1alpha1.AdaptiveConcurrency{MinLimit: ptr.To[int64](50), MaxLimit: ptr.To[int64](10)}
-		}, "spec.adaptiveConcurrency", "minLimit must not exceed maxLimit"),
-		Entry("adaptiveConcurrency tolerancePercent below 100", func(p *v1alpha1.RateLimitPolicy) {
-			p.Spec.AdaptiveConcurrency = &v1alpha1.AdaptiveConcurrency{TolerancePercent: ptr.To[int64](90)}
-		}, "spec.adaptiveConcurrency.tolerancePercent", "should be greater than or equal to 100"),
+		Entry("adaptive minLimit above limit", rule0(func(r *v1alpha1.Rule) {
+			r.Algorithm, r.Window, r.Key, r.Limit = v1alpha1.Concurrency, "", []v1alpha1.KeyPart{}, 10
+			r.Adaptive = &v1alpha1.AdaptiveSpec{MinLimit: ptr.To[int64](50)}
+		}), "spec.rules[0].adaptive.minLimit", "adaptive.minLimit must not exceed limit"),
+		Entry("adaptive tolerancePercent below 100", rule0(func(r *v1alpha1.Rule) {
+			r.Algorithm, r.Window, r.Key = v1alpha1.Concurrency, "", []v1alpha1.KeyPart{}
+			r.Adaptive = &v1alpha1.AdaptiveSpec{TolerancePercent: ptr.To[int64](90)}
+		}), "spec.rules[0].adaptive.tolerancePercent", "should be greater than or equal to 100"),
+		Entry("adaptive on a window algorithm", rule0(func(r *v1alpha1.Rule) {
+			r.Key, r.Adaptive = []v1alpha1.KeyPart{}, &v1alpha1.AdaptiveSpec{}
+		}), "spec.rules[0].adaptive", "adaptive applies only to algorithm Concurrency"),
+		Entry("adaptive with a key", rule0(func(r *v1alpha1.Rule) {
+			r.Algorithm, r.Window, r.Adaptive = v1alpha1.Concurrency, "", &v1alpha1.AdaptiveSpec{}
+		}), "spec.rules[0].key", "an adaptive rule is each pod's own limit"),
+		Entry("empty key without adaptive", rule0(func(r *v1alpha1.Rule) {
+			r.Algorithm, r.Window, r.Key = v1alpha1.Concurrency, "", []v1alpha1.KeyPart{}
+		}), "spec.rules[0].key", "key needs at least one part"),
 		Entry("window on Concurrency", algorithm(v1alpha1.Concurrency),
 			"spec.rules[0].window", "window does not apply to Concurrency"),
 		Entry("cost on Concurrency", rule0(func(r *v1alpha1.Rule) {
@@ -507,11 +518,13 @@ var _ = Describe("RateLimitPolicy validation", func() {
 			Expect(offlineError(newPolicy(ns, "good", mutate))).To(BeEmpty())
 		},
 		Entry("the base policy", func(*v1alpha1.RateLimitPolicy) {}),
-		Entry("adaptiveConcurrency with its defaults", func(p *v1alpha1.RateLimitPolicy) {
-			p.Spec.AdaptiveConcurrency = &v1alpha1.AdaptiveConcurrency{}
+		Entry("an adaptive rule with its defaults", func(p *v1alpha1.RateLimitPolicy) {
+			p.Spec.Rules = append(p.Spec.Rules, v1alpha1.Rule{Name: "app", Key: []v1alpha1.KeyPart{}, Algorithm: v1alpha1.Concurrency, Limit: 1000, Adaptive: &v1alpha1.AdaptiveSpec{}})
 		}),
-		Entry("adaptiveConcurrency with every parameter", func(p *v1alpha1.RateLimitPolicy) {
-			p.Spec.AdaptiveConcurrency = &v1alpha1.AdaptiveConcurrency{MinLimit: ptr.To[int64](2000), MaxLimit: ptr.To[int64](2000), TolerancePercent: ptr.To[int64](150)}
+		Entry("a Shadow adaptive rule with every parameter and a match", func(p *v1alpha1.RateLimitPolicy) {
+			p.Spec.Rules = append(p.Spec.Rules, v1alpha1.Rule{Name: "app", Key: []v1alpha1.KeyPart{}, Algorithm: v1alpha1.Concurrency, Limit: 2000,
+				Match: &v1alpha1.RuleMatch{PathPrefix: "/api"}, Mode: v1alpha1.Shadow,
+				Adaptive: &v1alpha1.AdaptiveSpec{MinLimit: ptr.To[int64](2000), TolerancePercent: ptr.To[int64](150)}})
 		}),
 		Entry("a bucket with burst", burst(100_000_000)),
 		Entry("LeakyBucket Queue with maxDelay", queue("500ms")),

@@ -79,21 +79,20 @@ type Policy struct {
 	// JWT, when set, is how the policy verifies the tokens its rules key on (SourceJWTClaim)
 	// or match (Match.JWT).
 	JWT *JWT `json:"jwt,omitempty"`
-	// Adaptive, when set, is each selected pod's adaptive limit on the requests in flight to
-	// its application (limiter.Adaptive).
-	Adaptive *Adaptive `json:"adaptiveConcurrency,omitempty"`
 }
 
-// Adaptive is the parameters of limiter.Adaptive, their defaults resolved.
+// Adaptive makes a Concurrency rule each pod's own adaptive limit on the requests in flight
+// to its application that the rule matches (limiter.Adaptive), between MinLimit and the rule's
+// Limit; its defaults resolved.
 type Adaptive struct {
 	MinLimit     int64 `json:"minLimit"`
-	MaxLimit     int64 `json:"maxLimit"`
 	TolerancePct int64 `json:"tolerancePct"`
 }
 
-// Params is a as the limiter takes them.
-func (a Adaptive) Params() limiter.AdaptiveParams {
-	return limiter.AdaptiveParams{MinLimit: a.MinLimit, MaxLimit: a.MaxLimit, TolerancePct: a.TolerancePct}
+// AdaptiveParams is the rule's Adaptive as the limiter takes it: from MinLimit up to Limit.
+// Call it only for a rule with Adaptive.
+func (r Rule) AdaptiveParams() limiter.AdaptiveParams {
+	return limiter.AdaptiveParams{MinLimit: r.Adaptive.MinLimit, MaxLimit: r.Limit, TolerancePct: r.Adaptive.TolerancePct}
 }
 
 // Share is the share of total held by the pod of rank 0 <= rank < n among n pods:
@@ -282,6 +281,11 @@ type Rule struct {
 	// key parts: each tenant's entry replaces Limit and Burst for the requests whose part has
 	// that value; every other request gets the rule's own.
 	Tenants *Tenants `json:"tenants,omitempty"`
+	// Adaptive, set only on a Concurrency rule with no key, makes it each pod's own limit on
+	// the requests it matches in flight to the application, adapted to the application's
+	// latency from Adaptive.MinLimit up to Limit; not shared through Redis, and not decided
+	// with the other rules: a request it sheds reaches none of them.
+	Adaptive *Adaptive `json:"adaptive,omitempty"`
 }
 
 // Tenants is a rule's table of limits per tenant, the value of one of its key parts.

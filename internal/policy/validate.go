@@ -46,9 +46,6 @@ func (p Policy) Validate() error {
 			return fmt.Errorf("trustedProxies: %w", err)
 		}
 	}
-	if err := p.Adaptive.validate(); err != nil {
-		return err
-	}
 	if p.Response.StatusCode < 400 || p.Response.StatusCode > 599 {
 		return fmt.Errorf("response.statusCode %d is outside 400..599", p.Response.StatusCode)
 	}
@@ -177,6 +174,9 @@ func (r Rule) validate() error {
 		if l.MaxUnits < 0 || l.MaxUnits > r.LimiterLimit().Capacity() {
 			return fmt.Errorf("lease.maxUnits %d is outside 0..%d (0: derived from the rate)", l.MaxUnits, r.LimiterLimit().Capacity())
 		}
+	}
+	if r.Adaptive != nil {
+		return r.validateAdaptive()
 	}
 	if err := r.validateKey(); err != nil {
 		return err
@@ -345,13 +345,19 @@ func (r Rule) validateHeaders() error {
 	return nil
 }
 
-// validate checks an adaptiveConcurrency's parameters (nil: none, valid).
-func (a *Adaptive) validate() error {
-	if a == nil {
+// validateAdaptive checks an adaptive rule: a Concurrency rule without key or tenants whose
+// minLimit is within 1..limit, with tolerancePct in 100..1000.
+func (r Rule) validateAdaptive() error {
+	a := r.Adaptive
+	switch {
+	case a == nil:
 		return nil
-	}
-	if a.MinLimit < 1 || a.MaxLimit < a.MinLimit || a.MaxLimit > limiter.MaxLimit || a.TolerancePct < 100 || a.TolerancePct > 1000 {
-		return fmt.Errorf("adaptiveConcurrency: want 1 <= minLimit %d <= maxLimit %d <= %d and tolerancePct %d in 100..1000", a.MinLimit, a.MaxLimit, limiter.MaxLimit, a.TolerancePct)
+	case r.Algorithm != string(limiter.Concurrency):
+		return fmt.Errorf("adaptive applies only to algorithm Concurrency, not %s", r.Algorithm)
+	case len(r.Key) > 0 || r.Tenants != nil:
+		return errors.New("an adaptive rule is one limit per pod for every request it matches: no key parts, no tenants")
+	case a.MinLimit < 1 || a.MinLimit > r.Limit || a.TolerancePct < 100 || a.TolerancePct > 1000:
+		return fmt.Errorf("adaptive: want 1 <= minLimit %d <= limit %d and tolerancePct %d in 100..1000", a.MinLimit, r.Limit, a.TolerancePct)
 	}
 	return nil
 }

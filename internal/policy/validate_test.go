@@ -37,12 +37,16 @@ func TestParseRejectsWhatReadersCannotUse(t *testing.T) {
 		"unknown key source": {func(d *Document) { d.Policies[0].Rules[0].Key[0].Source = "cookie" }, "cookie"},
 		"header key unnamed": {func(d *Document) { d.Policies[0].Rules[0].Key[0].Source = SourceHeader }, "without a name"},
 		"bad mode":           {func(d *Document) { d.Policies[0].Rules[0].Mode = "Loud" }, "mode"},
-		"adaptive min above max": {func(d *Document) {
-			d.Policies[0].Adaptive = &Adaptive{MinLimit: 5, MaxLimit: 4, TolerancePct: 125}
-		}, "adaptiveConcurrency"},
+		"adaptive min above limit": {func(d *Document) {
+			d.Policies[0].Rules = append(d.Policies[0].Rules, Rule{Name: "app", Algorithm: "Concurrency", Limit: 4, WindowMs: 30000, Cost: 1, Mode: Enforce, Adaptive: &Adaptive{MinLimit: 5, TolerancePct: 125}})
+		}, "minLimit 5 <= limit 4"},
 		"adaptive tolerance below 100": {func(d *Document) {
-			d.Policies[0].Adaptive = &Adaptive{MinLimit: 1, MaxLimit: 4, TolerancePct: 99}
+			d.Policies[0].Rules = append(d.Policies[0].Rules, Rule{Name: "app", Algorithm: "Concurrency", Limit: 4, WindowMs: 30000, Cost: 1, Mode: Enforce, Adaptive: &Adaptive{MinLimit: 1, TolerancePct: 99}})
 		}, "tolerancePct 99"},
+		"adaptive with a key": {func(d *Document) {
+			d.Policies[0].Rules = append(d.Policies[0].Rules, Rule{Name: "app", Algorithm: "Concurrency", Limit: 4, WindowMs: 30000, Cost: 1, Mode: Enforce, Key: []KeyPart{{Source: SourceClientIP}}, Adaptive: &Adaptive{MinLimit: 1, TolerancePct: 125}})
+		}, "no key parts"},
+		"adaptive on a window": {func(d *Document) { d.Policies[0].Rules[0].Adaptive = &Adaptive{MinLimit: 1, TolerancePct: 125} }, "adaptive applies only to algorithm Concurrency"},
 		"lease age zero":     {func(d *Document) { d.Policies[0].Rules[0].Lease = &Lease{} }, "lease.maxAgeMs 0"},
 		"lease age too long": {func(d *Document) { d.Policies[0].Rules[0].Lease = &Lease{MaxAgeMs: 10_001} }, "lease.maxAgeMs 10001"},
 		"lease above burst":  {func(d *Document) { d.Policies[0].Rules[0].Lease = &Lease{MaxAgeMs: 100, MaxUnits: 11} }, "lease.maxUnits 11"},

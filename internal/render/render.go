@@ -106,10 +106,6 @@ func compile(p *v1alpha1.RateLimitPolicy, t *Target, ks KeySets, tables TenantTa
 	for _, c := range p.Spec.TrustedProxies {
 		out.TrustedProxies = append(out.TrustedProxies, string(c))
 	}
-	if a := p.Spec.AdaptiveConcurrency; a != nil {
-		params := limiter.AdaptiveParams{MinLimit: ptr.Deref(a.MinLimit, 0), MaxLimit: ptr.Deref(a.MaxLimit, 0), TolerancePct: ptr.Deref(a.TolerancePercent, 0)}.WithDefaults()
-		out.Adaptive = &policy.Adaptive{MinLimit: params.MinLimit, MaxLimit: params.MaxLimit, TolerancePct: params.TolerancePct}
-	}
 	slices.Sort(out.TrustedProxies)
 	if r := p.Spec.Response; r != nil {
 		if r.StatusCode != 0 {
@@ -220,6 +216,12 @@ func compileRule(r v1alpha1.Rule) (policy.Rule, error) {
 	}
 	if r.CostHeader != "" {
 		out.CostHeader = canonicalHeader(string(r.CostHeader))
+	}
+	if a := r.Adaptive; a != nil {
+		out.Adaptive = &policy.Adaptive{
+			MinLimit:     ptr.Deref(a.MinLimit, min(limiter.DefaultAdaptiveMinLimit, r.Limit)),
+			TolerancePct: ptr.Deref(a.TolerancePercent, limiter.DefaultAdaptiveTolerancePct),
+		}
 	}
 	if out.CountWhen, err = compileCountWhen(r.CountWhen); err != nil {
 		return policy.Rule{}, err

@@ -468,32 +468,28 @@ func TestRouteMatches(t *testing.T) {
 	}
 }
 
-// TestCompileAdaptiveConcurrency renders adaptiveConcurrency with its defaults resolved, so the
-// sidecars read every parameter from the file: maxLimit is 1000, or minLimit when that is more.
-func TestCompileAdaptiveConcurrency(t *testing.T) {
+// TestCompileAdaptiveRule renders an adaptive rule with its defaults resolved, so the sidecars
+// read every parameter from the file: minLimit is 4, or the rule's limit when that is less.
+func TestCompileAdaptiveRule(t *testing.T) {
 	p := &v1alpha1.RateLimitPolicy{}
 	p.Name = "p"
 	p.Spec.PodSelector = &metav1.LabelSelector{}
-	p.Spec.Rules = []v1alpha1.Rule{{Name: "f", Key: []v1alpha1.KeyPart{{ClientIP: &v1alpha1.ClientIPKey{}}}, Algorithm: v1alpha1.FixedWindow, Limit: 10, Window: "1h"}}
 	for _, tc := range []struct {
-		spec v1alpha1.AdaptiveConcurrency
-		want policy.Adaptive
+		limit int64
+		spec  v1alpha1.AdaptiveSpec
+		want  policy.Adaptive
 	}{
-		{v1alpha1.AdaptiveConcurrency{}, policy.Adaptive{MinLimit: 4, MaxLimit: 1000, TolerancePct: 125}},
-		{v1alpha1.AdaptiveConcurrency{MinLimit: ptr.To[int64](2000)}, policy.Adaptive{MinLimit: 2000, MaxLimit: 2000, TolerancePct: 125}},
-		{v1alpha1.AdaptiveConcurrency{MinLimit: ptr.To[int64](1), MaxLimit: ptr.To[int64](8), TolerancePercent: ptr.To[int64](200)}, policy.Adaptive{MinLimit: 1, MaxLimit: 8, TolerancePct: 200}},
+		{1000, v1alpha1.AdaptiveSpec{}, policy.Adaptive{MinLimit: 4, TolerancePct: 125}},
+		{2, v1alpha1.AdaptiveSpec{}, policy.Adaptive{MinLimit: 2, TolerancePct: 125}},
+		{8, v1alpha1.AdaptiveSpec{MinLimit: ptr.To[int64](1), TolerancePercent: ptr.To[int64](200)}, policy.Adaptive{MinLimit: 1, TolerancePct: 200}},
 	} {
-		p.Spec.AdaptiveConcurrency = &tc.spec
+		p.Spec.Rules = []v1alpha1.Rule{{Name: "app", Key: []v1alpha1.KeyPart{}, Algorithm: v1alpha1.Concurrency, Limit: tc.limit, Adaptive: &tc.spec}}
 		got, err := Compile(p)
 		if err != nil {
 			t.Fatal(err)
 		}
-		if got.Adaptive == nil || *got.Adaptive != tc.want {
-			t.Errorf("%+v rendered %+v, want %+v", tc.spec, got.Adaptive, tc.want)
+		if r := got.Rules[0]; r.Adaptive == nil || *r.Adaptive != tc.want || r.Limit != tc.limit {
+			t.Errorf("limit %d, %+v rendered limit %d, %+v; want %+v", tc.limit, tc.spec, r.Limit, r.Adaptive, tc.want)
 		}
-	}
-	p.Spec.AdaptiveConcurrency = nil
-	if got, _ := Compile(p); got.Adaptive != nil {
-		t.Errorf("no adaptiveConcurrency rendered %+v", got.Adaptive)
 	}
 }

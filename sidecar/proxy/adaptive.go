@@ -10,11 +10,12 @@ import (
 	"k8s.io/utils/clock"
 
 	"github.com/sluice-dev/sluice/internal/dataplane/config"
+	"github.com/sluice-dev/sluice/internal/dataplane/keys"
 )
 
-// Adaptive protection of the pod (a policy's adaptiveConcurrency): before any rule is decided,
-// a request takes a place in the adaptive limit of every selected policy that has one, or is
-// shed with 503 and Retry-After: 1. Its places are given back when its response is finished,
+// Adaptive protection of the pod (adaptive rules): before any other rule is decided, a request
+// takes a place in the limit of every adaptive rule of the selected policies that matches it,
+// or is shed with 503 and Retry-After: 1 (in mode Shadow the shed is only counted). Its places are given back when its response is finished,
 // as a Concurrency slot is; the latency to the upstream response's head is what the limits
 // learn from (a streamed response's length says nothing about the application's load).
 
@@ -26,26 +27,31 @@ type places struct {
 	observed bool
 }
 
-// admitAdaptive takes a place in each adaptive limit of cfg: nil, true when there is none;
-// nil, false when one is full (the places already taken given back, the shed counted).
-func admitAdaptive(cfg *config.Config) (*places, bool) {
+// admitAdaptive takes a place in the limit of each adaptive rule of cfg that matches req: nil,
+// true when there is none; nil, false when an enforced one is full (the places already taken
+// given back, the shed counted). A full Shadow rule counts the shed and takes no place.
+func admitAdaptive(cfg *config.Config, req *keys.Request) (*places, bool) {
 	var p *places
 	for _, pol := range cfg.Policies {
-		a := pol.Adaptive
-		if a == nil {
-			continue
-		}
-		if !a.Acquire() {
-			a.Shed.Inc()
-			if p != nil {
-				_ = p.Close()
+		for _, a := range pol.Adaptive {
+			if !a.Match.MatchesRequest(req) {
+				continue
 			}
-			return nil, false
+			if !a.Acquire() {
+				a.Shed.Inc()
+				if a.Shadow {
+					continue
+				}
+				if p != nil {
+					_ = p.Close()
+				}
+				return nil, false
+			}
+			if p == nil {
+				p = &places{}
+			}
+			p.list = append(p.list, a)
 		}
-		if p == nil {
-			p = &places{}
-		}
-		p.list = append(p.list, a)
 	}
 	return p, true
 }

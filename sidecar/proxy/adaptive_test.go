@@ -16,11 +16,9 @@ import (
 // limiter.MinRoundSamples (10) requests grows the limit from minLimit 4 by its square root, to
 // 6, and not before the round ends; requests a rule denies are not forwarded and teach nothing.
 func TestAdaptiveLimitLearnsFromForwardedRequests(t *testing.T) {
-	doc := st.Doc(t, st.Policy("guard", []policy.Rule{st.Rule("per-client", 12, time.Hour)}, func(p *policy.Policy) {
-		p.Adaptive = &policy.Adaptive{MinLimit: 4, MaxLimit: 1000, TolerancePct: 125}
-	}))
+	doc := st.Doc(t, st.Policy("guard", []policy.Rule{st.Rule("per-client", 12, time.Hour), st.AdaptiveRule("app", 4, 1000)}))
 	e := newEnv(t, doc, envOpt{noRedis: true, clock: clocktesting.NewFakeClock(time.Unix(1_770_249_600, 0))})
-	limit, _ := e.m.Adaptive("guard")
+	limit, _ := e.m.Adaptive("guard", "app")
 	if got := e.codes(9, "/", nil); count(got, 200) != 9 {
 		t.Fatalf("codes %v, want 9 admitted", got)
 	}

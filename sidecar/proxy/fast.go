@@ -152,7 +152,7 @@ func (h *Handler) admit(ctx *fasthttp.RequestCtx, a *admitted) bool {
 		} else {
 			view.SetRemoteAddr(ctx.RemoteAddr().String())
 		}
-		pl, ok := admitAdaptive(cfg)
+		pl, ok := admitAdaptive(cfg, &view)
 		if !ok {
 			writeShedFast(ctx)
 			return false

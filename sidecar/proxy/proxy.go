@@ -174,7 +174,8 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	cfg := h.opts.Config()
 	var hw *headWriter // the adaptive limits' latency, when the policies have any
 	if len(cfg.Policies) > 0 {
-		pl, ok := admitAdaptive(cfg)
+		req := keys.NewRequest(r)
+		pl, ok := admitAdaptive(cfg, &req)
 		if !ok {
 			writeShed(w)
 			return
@@ -184,7 +185,6 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			hw = &headWriter{ResponseWriter: w, p: pl, clock: h.opts.Clock}
 			w = hw
 		}
-		req := keys.NewRequest(r)
 		d := h.decide(r.Context(), cfg, &req)
 		// The handler returns once ReverseProxy has written the response, the client has
 		// gone or the upstream failed: the request's Concurrency slots are then free.

@@ -5,62 +5,78 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/sluice-dev/sluice/internal/dataplane/keys"
 	"github.com/sluice-dev/sluice/internal/dataplane/metrics"
 	"github.com/sluice-dev/sluice/internal/limiter"
 	"github.com/sluice-dev/sluice/internal/policy"
 )
 
-// Adaptive is a policy's adaptive limit on the requests in flight to the pod's application
-// (policy.Policy.Adaptive), with its series.
+// Adaptive is a compiled adaptive rule (policy.Rule.Adaptive): the pod's own limit on the
+// requests the rule matches in flight to its application. Its limit and series are kept across
+// reloads (Adaptives); Match and Shadow are this configuration's.
 type Adaptive struct {
+	*AdaptiveLimit
+	Name  string
+	Match keys.Match
+	// Shadow rules count the requests they would shed and shed none.
+	Shadow bool
+}
+
+// AdaptiveLimit is an adaptive rule's limit with its series: LimitGauge is
+// sluice_adaptive_limit, Shed counts the requests shed (or, in Shadow, that would be).
+type AdaptiveLimit struct {
 	*limiter.Adaptive
-	// LimitGauge is sluice_adaptive_limit; Shed counts the requests shed.
 	LimitGauge prometheus.Gauge
 	Shed       prometheus.Counter
 }
 
-// Adaptives keeps each policy's Adaptive from one configuration to the next while its
+// Adaptives keeps each adaptive rule's limit from one configuration to the next while its
 // parameters stay the same, so that a reload (the controller renders again whenever a selected
 // pod comes or goes) keeps the limit learned and the requests in flight counted. New
 // parameters start a new limit. The zero value is ready; safe for concurrent use.
 type Adaptives struct {
-	mu       sync.Mutex
-	byPolicy map[string]adaptiveEntry
+	mu     sync.Mutex
+	byRule map[ruleID]adaptiveEntry
 }
+
+type ruleID struct{ policy, rule string }
 
 type adaptiveEntry struct {
-	params policy.Adaptive
-	a      *Adaptive
+	params limiter.AdaptiveParams
+	a      *AdaptiveLimit
 }
 
-// get returns policy name's Adaptive of params, made with m's series when new.
-func (as *Adaptives) get(name string, params policy.Adaptive, m *metrics.Metrics) *Adaptive {
+// get returns the limit of rule r of policy p, made with m's series when new.
+func (as *Adaptives) get(p string, r policy.Rule, m *metrics.Metrics) *AdaptiveLimit {
+	id, params := ruleID{p, r.Name}, r.AdaptiveParams()
 	as.mu.Lock()
 	defer as.mu.Unlock()
-	if e, ok := as.byPolicy[name]; ok && e.params == params {
+	if e, ok := as.byRule[id]; ok && e.params == params {
 		return e.a
 	}
-	a := &Adaptive{Adaptive: limiter.NewAdaptive(params.Params())}
-	a.LimitGauge, a.Shed = m.Adaptive(name)
+	a := &AdaptiveLimit{Adaptive: limiter.NewAdaptive(params)}
+	a.LimitGauge, a.Shed = m.Adaptive(p, r.Name)
 	a.LimitGauge.Set(float64(a.Limit()))
-	if as.byPolicy == nil {
-		as.byPolicy = map[string]adaptiveEntry{}
+	if as.byRule == nil {
+		as.byRule = map[ruleID]adaptiveEntry{}
 	}
-	as.byPolicy[name] = adaptiveEntry{params: params, a: a}
+	as.byRule[id] = adaptiveEntry{params: params, a: a}
 	return a
 }
 
-// retain forgets the Adaptives of the policies c does not have, or has without one.
+// retain forgets the limits of the adaptive rules c does not have.
 func (as *Adaptives) retain(c *Config) {
-	keep := map[string]bool{}
+	keep := map[ruleID]bool{}
 	for _, p := range c.Policies {
-		keep[p.Name] = p.Adaptive != nil
+		for _, a := range p.Adaptive {
+			keep[ruleID{p.Name, a.Name}] = true
+		}
 	}
 	as.mu.Lock()
 	defer as.mu.Unlock()
-	for name := range as.byPolicy {
-		if !keep[name] {
-			delete(as.byPolicy, name)
+	for id := range as.byRule {
+		if !keep[id] {
+			delete(as.byRule, id)
 		}
 	}
 }

@@ -9,44 +9,53 @@ import (
 	st "github.com/sluice-dev/sluice/internal/testutil/sidecartest"
 )
 
-// A policy's adaptive limit (its learned limit, its requests in flight) outlives a reload that
-// leaves its parameters alone, and is made anew when they change; a policy that drops it, or
-// is gone, takes it along.
+// An adaptive rule's limit (its learned limit, its requests in flight) outlives a reload that
+// leaves its parameters alone, and is made anew when they change; a rule that is dropped, or
+// whose policy is gone, takes it along. An adaptive rule is not among the rules decided.
 func TestAdaptivesSurviveReloads(t *testing.T) {
 	m := metrics.New()
-	doc := func(a *policy.Adaptive) *policy.Document {
-		p := st.Policy("guard", []policy.Rule{st.Rule("rate", 10, time.Second)}, func(p *policy.Policy) { p.Adaptive = a })
+	doc := func(r *policy.Rule) *policy.Document {
+		rules := []policy.Rule{st.Rule("rate", 10, time.Second)}
+		if r != nil {
+			rules = append(rules, *r)
+		}
+		p := st.Policy("guard", rules)
 		return &policy.Document{Version: policy.Version, Namespace: "ns", Policies: []policy.Policy{p}}
 	}
 	var vs Verifiers
 	var as Adaptives
-	compile := func(a *policy.Adaptive) *Adaptive {
+	compile := func(r *policy.Rule) *Adaptive {
 		t.Helper()
-		c, err := compileFor(doc(a), nil, "", m, &vs, &as)
+		c, err := compileFor(doc(r), nil, "", m, &vs, &as)
 		if err != nil {
 			t.Fatal(err)
 		}
 		as.retain(c)
-		return c.Policies[0].Adaptive
+		if n := len(c.Policies[0].Rules); n != 1 {
+			t.Fatalf("%d rules decided, want only the rate rule", n)
+		}
+		if len(c.Policies[0].Adaptive) == 0 {
+			return nil
+		}
+		return c.Policies[0].Adaptive[0]
 	}
-	params := policy.Adaptive{MinLimit: 2, MaxLimit: 10, TolerancePct: 125}
-	first := compile(&params)
+	rule := st.AdaptiveRule("app", 2, 10)
+	first := compile(&rule)
 	if !first.Acquire() {
 		t.Fatal("the first request was shed")
 	}
-	if again := compile(&params); again != first || again.InFlight() != 1 {
+	if again := compile(&rule); again.AdaptiveLimit != first.AdaptiveLimit || again.InFlight() != 1 {
 		t.Fatalf("a reload with the same parameters made a new limit (in flight %d)", again.InFlight())
 	}
-	other := params
-	other.MaxLimit = 20
+	other := st.AdaptiveRule("app", 2, 20)
 	changed := compile(&other)
-	if changed == first || changed.InFlight() != 0 {
+	if changed.AdaptiveLimit == first.AdaptiveLimit || changed.InFlight() != 0 {
 		t.Fatal("new parameters kept the old limit")
 	}
 	if none := compile(nil); none != nil {
-		t.Fatal("a policy without adaptiveConcurrency has a limit")
+		t.Fatal("a policy without an adaptive rule has a limit")
 	}
-	if back := compile(&other); back == changed {
+	if back := compile(&other); back.AdaptiveLimit == changed.AdaptiveLimit {
 		t.Fatal("a limit dropped by a reload came back")
 	}
 }

@@ -60,9 +60,9 @@ type Policy struct {
 	ContentType string
 	Rules       []*Rule
 	Fallback    *metrics.Fallback
-	// Adaptive, when the policy has adaptiveConcurrency, is the pod's adaptive limit on the
-	// requests in flight to its application, kept across reloads (Adaptives).
-	Adaptive *Adaptive
+	// Adaptive are the policy's adaptive rules (not among Rules: a request takes a place in
+	// each that matches it before Rules are decided).
+	Adaptive []*Adaptive
 }
 
 // Rule is a compiled policy.Rule.
@@ -187,12 +187,9 @@ func compileFor(doc *policy.Document, labels map[string]string, podName string, 
 		if !p.Selects(labels) {
 			continue
 		}
-		cp, err := compilePolicyRules(p, podName, m, false, vs)
+		cp, err := compilePolicyRules(p, podName, m, false, vs, as)
 		if err != nil {
 			return nil, fmt.Errorf("policy %s: %w", p.Name, err)
-		}
-		if p.Adaptive != nil {
-			cp.Adaptive = as.get(p.Name, *p.Adaptive, m)
 		}
 		c.Policies = append(c.Policies, cp)
 	}
@@ -207,7 +204,7 @@ func CompileDomains(doc *policy.Document, podName string, m *metrics.Metrics) (*
 		if p.Domain == "" {
 			continue
 		}
-		cp, err := compilePolicyRules(p, podName, m, true, nil)
+		cp, err := compilePolicyRules(p, podName, m, true, nil, nil)
 		if err != nil {
 			return nil, fmt.Errorf("policy %s: %w", p.Name, err)
 		}
@@ -217,8 +214,8 @@ func CompileDomains(doc *policy.Document, podName string, m *metrics.Metrics) (*
 }
 
 // compilePolicyRules compiles p with its descriptor rules (descriptors) or its HTTP rules, the
-// latter with its token verifier from vs when it has jwt.
-func compilePolicyRules(p policy.Policy, podName string, m *metrics.Metrics, descriptors bool, vs *Verifiers) (*Policy, error) {
+// latter with its token verifier from vs when it has jwt and its adaptive rules' limits from as.
+func compilePolicyRules(p policy.Policy, podName string, m *metrics.Metrics, descriptors bool, vs *Verifiers, as *Adaptives) (*Policy, error) {
 	trusted, err := keys.ParseTrusted(p.TrustedProxies)
 	if err != nil {
 		return nil, fmt.Errorf("trustedProxies: %w", err)
@@ -258,6 +255,15 @@ func compilePolicyRules(p policy.Policy, podName string, m *metrics.Metrics, des
 	for _, r := range p.Rules {
 		if r.Descriptor() != descriptors {
 			continue // a sidecar decides HTTP rules, the RLS server descriptor rules
+		}
+		if r.Adaptive != nil {
+			cp.Adaptive = append(cp.Adaptive, &Adaptive{
+				AdaptiveLimit: as.get(p.Name, r, m),
+				Name:          r.Name,
+				Match:         keys.CompileMatch(r.Match).WithJWT(jwt),
+				Shadow:        r.Mode == policy.Shadow,
+			})
+			continue
 		}
 		rule, err := compileRule(cp, p, r, podName, trusted, jwt, m)
 		if err != nil {

@@ -134,12 +134,12 @@ func New() *Metrics {
 	m.Registry.MustRegister(m.slotsHeld)
 	m.adaptiveLimit = prometheus.NewGaugeVec(prometheus.GaugeOpts{
 		Name: "sluice_adaptive_limit",
-		Help: "A policy's adaptive limit on the requests in flight to this pod's application (adaptiveConcurrency), now.",
-	}, []string{policyLabel})
+		Help: "An adaptive rule's limit on the requests it matches in flight to this pod's application, now.",
+	}, policyRuleLabels)
 	m.adaptiveShed = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "sluice_adaptive_shed_total",
-		Help: "Requests shed with 503 by a policy's adaptive limit on the requests in flight to this pod's application (adaptiveConcurrency); not in sluice_requests_total, whose rules never saw them.",
-	}, []string{policyLabel})
+		Help: "Requests shed with 503 by an adaptive rule's limit on the requests in flight to this pod's application (in mode Shadow: that it would have shed, and let pass); not in sluice_requests_total.",
+	}, policyRuleLabels)
 	m.Registry.MustRegister(m.adaptiveLimit, m.adaptiveShed)
 	m.jwt = newJWTCollectors(m.Registry)
 	m.limitOverrides = prometheus.NewCounterVec(prometheus.CounterOpts{
@@ -201,9 +201,9 @@ func (m *Metrics) SlotsHeld(policyName, rule string) prometheus.Gauge {
 }
 
 // Adaptive returns the sluice_adaptive_limit gauge and sluice_adaptive_shed_total counter of
-// a policy with adaptiveConcurrency; they are created only for those.
-func (m *Metrics) Adaptive(policyName string) (limit prometheus.Gauge, shed prometheus.Counter) {
-	return m.adaptiveLimit.WithLabelValues(policyName), m.adaptiveShed.WithLabelValues(policyName)
+// an adaptive rule; they are created only for those.
+func (m *Metrics) Adaptive(policyName, rule string) (limit prometheus.Gauge, shed prometheus.Counter) {
+	return m.adaptiveLimit.WithLabelValues(policyName, rule), m.adaptiveShed.WithLabelValues(policyName, rule)
 }
 
 // LimitOverride returns the sluice_limit_overrides_total counter of a descriptor rule's

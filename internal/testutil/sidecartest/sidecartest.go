@@ -117,3 +117,12 @@ func Eventually(t testing.TB, f func() error) {
 		t.Fatalf("not within %s: %v", timeout, last)
 	}
 }
+
+// AdaptiveRule returns an enforced adaptive rule name matching every request, its limit
+// starting at minLimit and growing up to limit, with the default tolerance, after muts.
+func AdaptiveRule(name string, minLimit, limit int64, muts ...func(*policy.Rule)) policy.Rule {
+	return Rule(name, limit, policy.SlotExpiry, append([]func(*policy.Rule){func(r *policy.Rule) {
+		r.Key, r.Algorithm, r.Burst = nil, "Concurrency", 0
+		r.Adaptive = &policy.Adaptive{MinLimit: minLimit, TolerancePct: 125}
+	}}, muts...)...)
+}
