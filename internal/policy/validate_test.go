@@ -47,9 +47,9 @@ func TestParseRejectsWhatReadersCannotUse(t *testing.T) {
 			d.Policies[0].Rules = append(d.Policies[0].Rules, Rule{Name: "app", Algorithm: "Concurrency", Limit: 4, WindowMs: 30000, Cost: 1, Mode: Enforce, Key: []KeyPart{{Source: SourceClientIP}}, Adaptive: &Adaptive{MinLimit: 1, TolerancePct: 125}})
 		}, "no key parts"},
 		"adaptive on a window": {func(d *Document) { d.Policies[0].Rules[0].Adaptive = &Adaptive{MinLimit: 1, TolerancePct: 125} }, "adaptive applies only to algorithm Concurrency"},
-		"lease age zero":     {func(d *Document) { d.Policies[0].Rules[0].Lease = &Lease{} }, "lease.maxAgeMs 0"},
-		"lease age too long": {func(d *Document) { d.Policies[0].Rules[0].Lease = &Lease{MaxAgeMs: 10_001} }, "lease.maxAgeMs 10001"},
-		"lease above burst":  {func(d *Document) { d.Policies[0].Rules[0].Lease = &Lease{MaxAgeMs: 100, MaxUnits: 11} }, "lease.maxUnits 11"},
+		"lease age zero":       {func(d *Document) { d.Policies[0].Rules[0].Lease = &Lease{} }, "lease.maxAgeMs 0"},
+		"lease age too long":   {func(d *Document) { d.Policies[0].Rules[0].Lease = &Lease{MaxAgeMs: 10_001} }, "lease.maxAgeMs 10001"},
+		"lease above burst":    {func(d *Document) { d.Policies[0].Rules[0].Lease = &Lease{MaxAgeMs: 100, MaxUnits: 11} }, "lease.maxUnits 11"},
 		"lease on a log": {func(d *Document) {
 			d.Policies[0].Rules[0].Algorithm, d.Policies[0].Rules[0].Burst = "SlidingWindowLog", 0
 			d.Policies[0].Rules[0].Lease = &Lease{MaxAgeMs: 100}
