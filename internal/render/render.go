@@ -217,12 +217,7 @@ func compileRule(r v1alpha1.Rule) (policy.Rule, error) {
 	if r.CostHeader != "" {
 		out.CostHeader = canonicalHeader(string(r.CostHeader))
 	}
-	if a := r.Adaptive; a != nil {
-		out.Adaptive = &policy.Adaptive{
-			MinLimit:     ptr.Deref(a.MinLimit, min(limiter.DefaultAdaptiveMinLimit, r.Limit)),
-			TolerancePct: ptr.Deref(a.TolerancePercent, limiter.DefaultAdaptiveTolerancePct),
-		}
-	}
+	out.Adaptive = compileAdaptive(r)
 	if out.CountWhen, err = compileCountWhen(r.CountWhen); err != nil {
 		return policy.Rule{}, err
 	}
@@ -251,6 +246,18 @@ func compileRule(r v1alpha1.Rule) (policy.Rule, error) {
 		out.Key = append(out.Key, part)
 	}
 	return out, nil
+}
+
+// compileAdaptive is r's adaptive with its defaults resolved; nil for none.
+func compileAdaptive(r v1alpha1.Rule) *policy.Adaptive {
+	a := r.Adaptive
+	if a == nil {
+		return nil
+	}
+	return &policy.Adaptive{
+		MinLimit:     ptr.Deref(a.MinLimit, min(limiter.DefaultAdaptiveMinLimit, r.Limit)),
+		TolerancePct: ptr.Deref(a.TolerancePercent, limiter.DefaultAdaptiveTolerancePct),
+	}
 }
 
 // compileCountWhen returns cw's codes and ranges; nil for none.
