@@ -11,12 +11,19 @@ import (
 // protects its own application.
 //
 // The latencies of admitted requests are averaged over rounds of max(limit, MinRoundSamples)
-// samples. The floor is the lowest round average over the last two epochs of EpochRounds
-// rounds (so that it follows an application whose own latency changed, within two epochs).
-// At each round's end: a round average within TolerancePct percent of the floor grows the
-// limit by about its square root (the queue the application can take without waiting); a
-// higher one shrinks it in proportion, limit × floor × TolerancePct / 100 / average, by at
-// most half. The limit stays within MinLimit..MaxLimit and starts at MinLimit.
+// samples, each of requests admitted since the limit last changed. At each round's end: a round
+// average within TolerancePct percent of the floor grows the limit by about its square root
+// (the queue the application can take without waiting); a higher one shrinks it in proportion,
+// limit × floor × TolerancePct / 100 / average, by at most half. The limit stays within
+// MinLimit..MaxLimit and starts at MinLimit.
+//
+// The floor is the application's latency when it does not queue: the first round's average (at
+// MinLimit), then the lowest round average since the last probe. Every EpochRounds rounds a
+// probe measures it again: the limit drops to MinLimit for one round, whose average is the new
+// floor, and then returns to where it was. Without probes a limit that stays past the knee
+// would never see the floor again, and one that learnt its floor there would let the latency
+// creep up; with them the floor follows an application whose own latency changed, within an
+// epoch, at the cost of one round in EpochRounds at MinLimit.
 //
 // Safe for concurrent use.
 type Adaptive struct {
@@ -25,11 +32,15 @@ type Adaptive struct {
 	mu       sync.Mutex
 	limit    int64
 	inflight int64
+	// gen is the limit's generation, counting its changes (see Observe).
+	gen Generation
 	// The round: its samples and the sum of their latencies (µs).
 	n, sumUs int64
-	// The floor's epochs: the lowest round average (µs) of this epoch and of the last (0: none
-	// yet), and the rounds of this epoch.
-	curMin, prevMin, rounds int64
+	// floor is the floor (µs; 0 until the first round ends), rounds the rounds since the last
+	// probe. While probing, resume is the limit to return to once the probe's round ends.
+	floor, rounds int64
+	probing       bool
+	resume        int64
 }
 
 // AdaptiveParams are an Adaptive limit's parameters. Zero fields take the defaults.
@@ -79,16 +90,21 @@ func NewAdaptive(p AdaptiveParams) *Adaptive {
 	return &Adaptive{p: p, limit: p.MinLimit}
 }
 
-// Acquire admits a request while fewer than the limit are in flight, counting it; false sheds
-// it. An admitted request is given back with Release, once its response is finished.
-func (a *Adaptive) Acquire() bool {
+// Generation counts an Adaptive limit's changes: a request admitted under one limit says
+// nothing about another (see Observe).
+type Generation int64
+
+// Acquire admits a request while fewer than the limit are in flight, counting it, and returns
+// the limit's generation to pass to Observe; false sheds it. An admitted request is given back
+// with Release, once its response is finished.
+func (a *Adaptive) Acquire() (Generation, bool) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	if a.inflight >= a.limit {
-		return false
+		return 0, false
 	}
 	a.inflight++
-	return true
+	return a.gen, true
 }
 
 // Release gives back an admitted request's place.
@@ -98,12 +114,19 @@ func (a *Adaptive) Release() {
 	a.mu.Unlock()
 }
 
-// Observe records the latency of an admitted request (to its response's head), adapts the
-// limit at a round's end, and returns the limit.
-func (a *Adaptive) Observe(latency time.Duration) int64 {
+// Observe records the latency of a request admitted in generation gen (to its response's
+// head), adapts the limit at a round's end, and returns the limit. A request admitted before
+// the limit last changed is not a sample: its latency is that of the load the old limit let
+// in, and counting it would make one change the cause of the next (a limit that grew would
+// grow again on latencies from before, and one that shrank shrink again), so the limit would
+// swing past the application's knee and back rather than settle.
+func (a *Adaptive) Observe(latency time.Duration, gen Generation) int64 {
 	us := max(latency.Microseconds(), 1)
 	a.mu.Lock()
 	defer a.mu.Unlock()
+	if gen != a.gen {
+		return a.limit
+	}
 	a.n++
 	a.sumUs += us
 	if a.n < max(a.limit, MinRoundSamples) {
@@ -111,24 +134,40 @@ func (a *Adaptive) Observe(latency time.Duration) int64 {
 	}
 	avg := a.sumUs / a.n
 	a.n, a.sumUs = 0, 0
-	if a.curMin == 0 || avg < a.curMin {
-		a.curMin = avg
-	}
-	floor := a.curMin
-	if a.prevMin != 0 {
-		floor = min(floor, a.prevMin)
+	switch {
+	case a.probing: // the probe's round, at MinLimit: the floor now
+		a.floor, a.probing, a.rounds = avg, false, 0
+		a.setLimit(a.resume)
+		return a.limit
+	case a.floor == 0 || avg < a.floor:
+		a.floor = avg
 	}
 	if a.rounds++; a.rounds >= EpochRounds {
-		a.prevMin, a.curMin, a.rounds = a.curMin, 0, 0
+		if a.limit == a.p.MinLimit { // this round was at MinLimit: a probe already
+			a.floor, a.rounds = avg, 0
+		} else {
+			a.probing, a.resume = true, a.limit
+			a.setLimit(a.p.MinLimit)
+			return a.limit
+		}
 	}
-	threshold := floor * a.p.TolerancePct / 100
+	threshold := a.floor * a.p.TolerancePct / 100
+	limit := a.limit
 	if avg <= threshold {
-		a.limit += max(isqrt(a.limit), 1)
+		limit += max(isqrt(limit), 1)
 	} else {
-		a.limit = max(a.limit*threshold/avg, a.limit/2)
+		limit = max(limit*threshold/avg, limit/2)
 	}
-	a.limit = min(max(a.limit, a.p.MinLimit), a.p.MaxLimit)
+	a.setLimit(min(max(limit, a.p.MinLimit), a.p.MaxLimit))
 	return a.limit
+}
+
+// setLimit sets the limit, starting a new generation when it changes.
+func (a *Adaptive) setLimit(limit int64) {
+	if limit != a.limit {
+		a.limit = limit
+		a.gen++
+	}
 }
 
 // Limit is the current limit.

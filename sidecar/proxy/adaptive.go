@@ -11,6 +11,7 @@ import (
 
 	"github.com/sluice-dev/sluice/internal/dataplane/config"
 	"github.com/sluice-dev/sluice/internal/dataplane/keys"
+	"github.com/sluice-dev/sluice/internal/limiter"
 )
 
 // Adaptive protection of the pod (adaptive rules): before any other rule is decided, a request
@@ -21,10 +22,16 @@ import (
 
 // places are the adaptive limits a request holds a place in. Close gives them back, once.
 type places struct {
-	list []*config.Adaptive
+	list []place
 	once sync.Once
 	// observed is set once the latency was recorded.
 	observed bool
+}
+
+// place is a place held in an adaptive rule's limit, taken in generation gen of it.
+type place struct {
+	a   *config.Adaptive
+	gen limiter.Generation
 }
 
 // admitAdaptive takes a place in the limit of each adaptive rule of cfg that matches req: nil,
@@ -37,7 +44,8 @@ func admitAdaptive(cfg *config.Config, req *keys.Request) (*places, bool) {
 			if !a.Match.MatchesRequest(req) {
 				continue
 			}
-			if !a.Acquire() {
+			gen, ok := a.Acquire()
+			if !ok {
 				a.Shed.Inc()
 				if a.Shadow {
 					continue
@@ -50,7 +58,7 @@ func admitAdaptive(cfg *config.Config, req *keys.Request) (*places, bool) {
 			if p == nil {
 				p = &places{}
 			}
-			p.list = append(p.list, a)
+			p.list = append(p.list, place{a, gen})
 		}
 	}
 	return p, true
@@ -62,8 +70,8 @@ func (p *places) observe(latency time.Duration) {
 		return
 	}
 	p.observed = true
-	for _, a := range p.list {
-		a.LimitGauge.Set(float64(a.Observe(latency)))
+	for _, pl := range p.list {
+		pl.a.LimitGauge.Set(float64(pl.a.Observe(latency, pl.gen)))
 	}
 }
 
@@ -72,8 +80,8 @@ func (p *places) observe(latency time.Duration) {
 func (p *places) Close() error {
 	if p != nil {
 		p.once.Do(func() {
-			for _, a := range p.list {
-				a.Release()
+			for _, pl := range p.list {
+				pl.a.Release()
 			}
 		})
 	}

@@ -41,7 +41,7 @@ func TestAdaptivesSurviveReloads(t *testing.T) {
 	}
 	rule := st.AdaptiveRule("app", 2, 10)
 	first := compile(&rule)
-	if !first.Acquire() {
+	if _, ok := first.Acquire(); !ok {
 		t.Fatal("the first request was shed")
 	}
 	if again := compile(&rule); again.AdaptiveLimit != first.AdaptiveLimit || again.InFlight() != 1 {
