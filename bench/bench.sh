@@ -15,6 +15,9 @@
 #      two sidecar binaries under wrk, leased vs local vs exact, req/s and CPU per request.
 #   2e. Concurrency: bench/concurrency.sh, a Concurrency rule beside a TokenBucket rule through
 #      one sidecar under wrk -c32: sidecar CPU, Redis round trips and Redis CPU per request.
+#   2f. Adaptive protection: bench/adaptive.sh, 64 closed-loop clients through one sidecar to
+#      an application with a knee at 8 in flight (bench/knee), under fixed limits 4 to 64 and
+#      the adaptive limit: req/s, the application's p99 over its floor, the limit it settled at.
 #   3. Proxy path: bench/proxy.sh, wrk and a fixed-rate run against direct, nginx limit_req,
 #      a bare fasthttp proxy (bench/bareproxy), and the sidecar with no policy, a never-denying
 #      rule exact in Redis, leased from Redis, and local; CPU per request as ratios to both.
@@ -28,14 +31,16 @@
 #      service and Redis CPU per decision, p50/p99 and Redis commands per decision, as ratios.
 #
 # Installs wrk, nginx and redis via apt when missing. About 5 minutes on a quiet 2-CPU machine with
-# the defaults, 9 to 11 on a busy one.
+# the defaults, 9 to 11 on a busy one, plus step 2f's 2 minutes and a half (12 loads of
+# ADAPTIVE_DURATION and two builds).
 # Knobs: BENCH_COUNT=5 (limiter rounds), BENCH_TIME=100ms (go test -benchtime), BENCH_REPEAT=1
 # (store repeats; medians are reported), PROXY_REPEAT=3 (proxy repeats, interleaved; medians of
 # their ratios), PROXY_DURATION=5 (seconds per proxy run),
 # STORE_DURATION=2s, REDISCPU_BASE_BIN= (bench/rediscpu built at an earlier commit, to compare
 # side by side), RATE=1000 (fixed-rate run), REDIS_N=50000 and REDIS_TAKES=10000 (bench/redis.sh's
 # N and TAKES), RLS_CLIENTS=16 and RLS_DURATION=3s (bench/rlsbench), RLSPEER_CLIENTS=32,
-# RLSPEER_DURATION=3s and RLSPEER_ROUNDS=5 (bench/rlspeer), BENCHSTAT=path.
+# RLSPEER_DURATION=3s and RLSPEER_ROUNDS=5 (bench/rlspeer), ADAPTIVE_DURATION=10s (bench/adaptive.sh's
+# DURATION, warm-up and measured window each), BENCHSTAT=path.
 set -euo pipefail
 
 BENCH_COUNT=${BENCH_COUNT:-5}
@@ -47,6 +52,7 @@ STORE_DURATION=${STORE_DURATION:-2s}
 RATE=${RATE:-1000}
 REDIS_N=${REDIS_N:-50000}
 REDIS_TAKES=${REDIS_TAKES:-10000}
+ADAPTIVE_DURATION=${ADAPTIVE_DURATION:-10s}
 
 cd "$(dirname "$0")/.."
 ROOT=$(pwd)
@@ -126,6 +132,9 @@ OUT=$OUT DURATION=$STORE_DURATION bench/lease.sh > /dev/null
 echo "# 2e/5 bench/concurrency.sh: a Concurrency rule beside a TokenBucket rule through one sidecar" >&2
 OUT=$OUT DURATION=$STORE_DURATION bench/concurrency.sh > /dev/null
 
+echo "# 2f/5 bench/adaptive.sh: the adaptive limit and fixed limits against an application with a knee" >&2
+OUT=$OUT DURATION=$ADAPTIVE_DURATION bench/adaptive.sh > /dev/null
+
 echo "# 3/5 proxy path" >&2
 OUT=$OUT DURATION=$PROXY_DURATION RATE=$RATE BENCH_REPEAT=$PROXY_REPEAT PROFILE=0 OUTAGE=0 bench/proxy.sh | tee "$OUT/proxy.txt"
 
@@ -161,6 +170,12 @@ python3 bench/report.py results "$OUT" > bench/results.md
   echo "OUT=bench/out DURATION=$STORE_DURATION bench/concurrency.sh"
   echo
   cat "$OUT/concurrency.md"
+  echo
+  echo "## Adaptive protection: the sidecar's adaptive limit against an application with a knee"
+  echo
+  echo "OUT=bench/out DURATION=$ADAPTIVE_DURATION bench/adaptive.sh"
+  echo
+  cat "$OUT/adaptive.md"
 } >> bench/results.md
 echo "# 5/5 RLS server vs the sidecar's decision path" >&2
 go run ./bench/rlsbench -clients "${RLS_CLIENTS:-16}" -duration "${RLS_DURATION:-3s}" | tee "$OUT/rls.md" >> bench/results.md
