@@ -30,7 +30,6 @@ import (
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/sluice-dev/sluice/internal/dataplane/breaker"
 	"github.com/sluice-dev/sluice/internal/dataplane/config"
@@ -85,7 +84,7 @@ func run(clients int, d time.Duration) error {
 	desc.Key = []policy.KeyPart{{Source: policy.SourceDescriptor, Name: "generic_key"}}
 	rule.Key = []policy.KeyPart{{Source: policy.SourceMethod}}
 	doc := &policy.Document{Version: policy.Version, Namespace: benchName, Policies: []policy.Policy{{
-		Name: benchName, Domain: benchName, Selector: &metav1.LabelSelector{}, Replicas: 1, FailureMode: policy.FailureLocal,
+		Name: benchName, Domain: benchName, Selector: &policy.LabelSelector{}, Replicas: 1, FailureMode: policy.FailureLocal,
 		Response: policy.Response{StatusCode: 429, Headers: policy.HeadersBoth}, Rules: []policy.Rule{desc, rule}}}}
 	b, err := policy.Marshal(doc)
 	if err != nil {

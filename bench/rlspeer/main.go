@@ -34,7 +34,6 @@ import (
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/sluice-dev/sluice/internal/limiter"
 	"github.com/sluice-dev/sluice/internal/policy"
@@ -127,7 +126,7 @@ func run(clients int, d time.Duration, rounds int, sluiceBin, refBin string, lea
 	}
 	for i, v := range variants {
 		doc := &policy.Document{Version: policy.Version, Namespace: benchName, Policies: []policy.Policy{{
-			Name: benchName, Domain: benchName, Selector: &metav1.LabelSelector{}, Replicas: 1,
+			Name: benchName, Domain: benchName, Selector: &policy.LabelSelector{}, Replicas: 1,
 			// Closed: a Redis call the loaded machine made late fails the run instead of
 			// being decided from the local share, which would not be a Redis decision.
 			FailureMode: policy.FailureClosed,

@@ -11,8 +11,6 @@ import (
 	"testing"
 	"time"
 
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-
 	"github.com/sluice-dev/sluice/internal/dataplane/config"
 	"github.com/sluice-dev/sluice/internal/dataplane/keys"
 	"github.com/sluice-dev/sluice/internal/dataplane/metrics"
@@ -65,7 +63,7 @@ func sidecarStore(t *testing.T, url string) *redisstore.Store {
 func TestQuotaGetReset(t *testing.T) {
 	srv := redisserver.StartTest(t)
 	doc := &policy.Document{Version: policy.Version, Namespace: "shop", Policies: []policy.Policy{{
-		Name: "api", Selector: &metav1.LabelSelector{}, Replicas: 1, FailureMode: "Local", Response: policy.Response{StatusCode: 429, Headers: "Both"},
+		Name: "api", Selector: &policy.LabelSelector{}, Replicas: 1, FailureMode: "Local", Response: policy.Response{StatusCode: 429, Headers: "Both"},
 		Rules: []policy.Rule{{Name: "tokens", Algorithm: "TokenBucket", Limit: 100, Burst: 100, WindowMs: 3_600_000, Cost: 1, Mode: "Enforce",
 			Key: []policy.KeyPart{{Source: policy.SourceHeader, Name: "X-Api-Key"}, {Source: policy.SourceClientIP}}}},
 	}}}
@@ -127,7 +125,7 @@ func TestQuotaGetReset(t *testing.T) {
 func TestQuotaGetConcurrency(t *testing.T) {
 	srv := redisserver.StartTest(t)
 	doc := &policy.Document{Version: policy.Version, Namespace: "llm", Policies: []policy.Policy{{
-		Name: "gateway", Selector: &metav1.LabelSelector{}, Replicas: 1, FailureMode: "Local", Response: policy.Response{StatusCode: 429, Headers: "Both"},
+		Name: "gateway", Selector: &policy.LabelSelector{}, Replicas: 1, FailureMode: "Local", Response: policy.Response{StatusCode: 429, Headers: "Both"},
 		Rules: []policy.Rule{{Name: "streams", Algorithm: "Concurrency", Limit: 4, WindowMs: policy.SlotExpiry.Milliseconds(), Cost: 1, Mode: "Enforce",
 			Key: []policy.KeyPart{{Source: policy.SourceHeader, Name: "X-Api-Key"}}},
 			sidecartest.AdaptiveRule("upstream", 4, 100)},

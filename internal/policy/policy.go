@@ -12,9 +12,6 @@ import (
 	"strings"
 	"time"
 
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/labels"
-
 	"github.com/sluice-dev/sluice/internal/limiter"
 )
 
@@ -61,7 +58,7 @@ type Policy struct {
 	Domain string `json:"domain,omitempty"`
 	// Selector selects the pods that enforce the policy's HTTP rules, as in the API; nil (a
 	// policy that only serves a Domain) selects no pod.
-	Selector *metav1.LabelSelector `json:"selector,omitempty"`
+	Selector *LabelSelector `json:"selector,omitempty"`
 	// Replicas is the number of ready pods Selector matched when rendered. When Pods is nil
 	// (a document rendered for a replica count, or by an older writer) every pod holds the
 	// unnamed share, UnnamedShare(limit, Replicas).
@@ -562,12 +559,5 @@ func (r Rule) LimiterLimit() limiter.Limit {
 // Selects reports whether the policy applies to a pod with these labels; never when the
 // policy has no Selector.
 func (p Policy) Selects(podLabels map[string]string) bool {
-	if p.Selector == nil {
-		return false
-	}
-	sel, err := metav1.LabelSelectorAsSelector(p.Selector)
-	if err != nil {
-		return false
-	}
-	return sel.Matches(labels.Set(podLabels))
+	return p.Selector.Matches(podLabels)
 }

@@ -8,8 +8,6 @@ import (
 	"slices"
 	"strings"
 
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-
 	"github.com/sluice-dev/sluice/internal/limiter"
 )
 
@@ -33,8 +31,10 @@ func (p Policy) Validate() error {
 	if p.Selector == nil && p.Domain == "" {
 		return errors.New("neither a selector nor a domain: nothing would enforce the policy")
 	}
-	if _, err := metav1.LabelSelectorAsSelector(p.Selector); err != nil {
-		return fmt.Errorf("selector: %w", err)
+	if p.Selector != nil {
+		if err := p.Selector.validate(); err != nil {
+			return fmt.Errorf("selector: %w", err)
+		}
 	}
 	switch p.FailureMode {
 	case FailureLocal, FailureOpen, FailureClosed:

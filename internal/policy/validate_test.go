@@ -3,14 +3,12 @@ package policy
 import (
 	"strings"
 	"testing"
-
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
 
 func validDoc() *Document {
 	return &Document{Version: Version, Namespace: "shop", Policies: []Policy{{
 		Name:        "api",
-		Selector:    &metav1.LabelSelector{MatchLabels: map[string]string{"app": "web"}},
+		Selector:    &LabelSelector{MatchLabels: map[string]string{"app": "web"}},
 		FailureMode: "Local",
 		Response:    Response{StatusCode: 429, Headers: "Both"},
 		Rules: []Rule{{Name: "r", Key: []KeyPart{{Source: SourceClientIP}}, Algorithm: "TokenBucket",
@@ -91,7 +89,7 @@ func TestParseRejectsWhatReadersCannotUse(t *testing.T) {
 		"pods twice":      {func(d *Document) { d.Policies[0].Replicas, d.Policies[0].Pods = 2, []string{"a", "a"} }, "not sorted"},
 		"pods miscounted": {func(d *Document) { d.Policies[0].Replicas, d.Policies[0].Pods = 3, []string{"a", "b"} }, "replicas 3"},
 		"bad selector": {func(d *Document) {
-			d.Policies[0].Selector.MatchExpressions = []metav1.LabelSelectorRequirement{{Key: "app", Operator: "Near"}}
+			d.Policies[0].Selector.MatchExpressions = []LabelSelectorRequirement{{Key: "app", Operator: "Near"}}
 		}, "selector"},
 	}
 	for name, tc := range tests {

@@ -83,22 +83,41 @@ type compileStatus struct {
 	tenants []TenantStatus
 }
 
+// podSelector is the selector of the pods that enforce p: its targets' (t, when resolved)
+// or its podSelector; nil when it has neither.
+func podSelector(p *v1alpha1.RateLimitPolicy, t *Target) *metav1.LabelSelector {
+	if t != nil {
+		return t.Selector
+	}
+	return p.Spec.PodSelector
+}
+
+// documentSelector is sel in the rendered document (a copy; nil stays nil).
+func documentSelector(sel *metav1.LabelSelector) *policy.LabelSelector {
+	if sel == nil {
+		return nil
+	}
+	out := &policy.LabelSelector{MatchLabels: maps.Clone(sel.MatchLabels)}
+	for _, r := range sel.MatchExpressions {
+		out.MatchExpressions = append(out.MatchExpressions, policy.LabelSelectorRequirement{
+			Key: r.Key, Operator: string(r.Operator), Values: slices.Clone(r.Values)})
+	}
+	return out
+}
+
 // compile compiles p, its targets resolved to t (nil: podSelector), its key set Secret read
 // from ks and its rules' tables of tenant limits from tables (nil: offline, none can be read).
 func compile(p *v1alpha1.RateLimitPolicy, t *Target, ks KeySets, tables TenantTables) (out policy.Policy, st compileStatus, err error) {
-	sel := p.Spec.PodSelector.DeepCopy()
-	if t != nil {
-		sel = t.Selector.DeepCopy()
+	sel := podSelector(p, t)
+	if _, err := metav1.LabelSelectorAsSelector(sel); err != nil {
+		return policy.Policy{}, compileStatus{}, fmt.Errorf("spec.podSelector: %w", err)
 	}
 	out = policy.Policy{
 		Name:        p.Name,
 		Domain:      p.Spec.Domain,
-		Selector:    sel,
+		Selector:    documentSelector(sel),
 		FailureMode: policy.FailureMode(orDefault(p.Spec.FailureMode, v1alpha1.FailureLocal)),
 		Response:    policy.Response{StatusCode: 429, Headers: policy.HeaderStyle(v1alpha1.HeadersBoth)},
-	}
-	if _, err := metav1.LabelSelectorAsSelector(out.Selector); err != nil {
-		return policy.Policy{}, compileStatus{}, fmt.Errorf("spec.podSelector: %w", err)
 	}
 	if out.JWT, st.keysErr, err = compileJWT(p, ks); err != nil {
 		return policy.Policy{}, compileStatus{}, err
@@ -433,7 +452,7 @@ func Build(namespace string, policies []v1alpha1.RateLimitPolicy, pods Pods) (*p
 			verdicts[p.Name] = Verdict{Err: err}
 			continue
 		}
-		sel, _ := metav1.LabelSelectorAsSelector(compiled.Selector) // Compile checked it.
+		sel, _ := metav1.LabelSelectorAsSelector(podSelector(p, t)) // compile checked it.
 		if compiled.Selector != nil {
 			compiled.Pods, compiled.Replicas = pods.Ready(sel)
 			if compiled.Pods != nil {

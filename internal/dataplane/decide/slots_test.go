@@ -5,7 +5,6 @@ import (
 	"testing"
 	"time"
 
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	clocktesting "k8s.io/utils/clock/testing"
 
 	"github.com/sluice-dev/sluice/internal/dataplane/breaker"
@@ -28,7 +27,7 @@ func TestSlotsRenewedAllAfterAnOutage(t *testing.T) {
 	srv := redisserver.StartTest(t)
 	m := metrics.New()
 	doc := &policy.Document{Version: policy.Version, Namespace: "llm", Policies: []policy.Policy{{
-		Name: "gateway", Selector: &metav1.LabelSelector{}, Replicas: 1, FailureMode: "Local", Response: policy.Response{StatusCode: 429, Headers: "Both"},
+		Name: "gateway", Selector: &policy.LabelSelector{}, Replicas: 1, FailureMode: "Local", Response: policy.Response{StatusCode: 429, Headers: "Both"},
 		Rules: []policy.Rule{{Name: "streams", Algorithm: "Concurrency", Limit: 2, WindowMs: policy.SlotExpiry.Milliseconds(), Cost: 1, Mode: "Enforce",
 			Key: []policy.KeyPart{{Source: policy.SourceHeader, Name: "X-Api-Key"}}}},
 	}}}

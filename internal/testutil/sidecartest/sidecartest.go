@@ -8,7 +8,6 @@ import (
 	"testing"
 	"time"
 
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
 
 	"github.com/sluice-dev/sluice/internal/policy"
@@ -21,7 +20,7 @@ import (
 func Policy(name string, rules []policy.Rule, muts ...func(*policy.Policy)) policy.Policy {
 	p := policy.Policy{
 		Name:        name,
-		Selector:    &metav1.LabelSelector{},
+		Selector:    &policy.LabelSelector{},
 		Replicas:    1,
 		FailureMode: "Local",
 		Response:    policy.Response{StatusCode: 429, Headers: "Both"},
