@@ -94,7 +94,7 @@ var _ = Describe("Policies attached to Services (targetRefs)", func() {
 		Eventually(func(g Gomega) {
 			p := expectReady(g, ctx, ns, "checkout", 1)
 			g.Expect(p.Status.MatchedPods).To(Equal(int32(1)))
-			g.Expect(renderedPolicy(g, ctx, ns, "checkout").Selector).To(Equal(&metav1.LabelSelector{MatchLabels: map[string]string{"app": "web"}}))
+			g.Expect(renderedPolicy(g, ctx, ns, "checkout").Selector).To(Equal(&policy.LabelSelector{MatchLabels: map[string]string{"app": "web"}}))
 			g.Expect(meta.IsStatusConditionTrue(p.Status.Conditions, v1alpha1.ConditionResolvedRefs)).To(BeTrue())
 			g.Expect(meta.IsStatusConditionFalse(p.Status.Conditions, v1alpha1.ConditionConflicted)).To(BeTrue())
 			g.Expect(p.Status.Targets).To(HaveLen(1))
@@ -145,8 +145,8 @@ var _ = Describe("Policies attached to Services (targetRefs)", func() {
 		By("creating the missing Service with a selector that differs in one label")
 		Expect(k8sClient.Create(ctx, newService(ns, "missing", map[string]string{"app": "api-canary"}, port("http", 80, intstr.FromString(inject.PortName))))).To(Succeed())
 		Eventually(func(g Gomega) {
-			g.Expect(renderedPolicy(g, ctx, ns, "p").Selector).To(Equal(&metav1.LabelSelector{
-				MatchExpressions: []metav1.LabelSelectorRequirement{{Key: "app", Operator: metav1.LabelSelectorOpIn, Values: []string{"api", "api-canary"}}}}))
+			g.Expect(renderedPolicy(g, ctx, ns, "p").Selector).To(Equal(&policy.LabelSelector{
+				MatchExpressions: []policy.LabelSelectorRequirement{{Key: "app", Operator: policy.SelectorOpIn, Values: []string{"api", "api-canary"}}}}))
 			p, _ := condition(g, ctx, ns, "p", v1alpha1.ConditionReady)
 			g.Expect(targetCondition(g, p, 1, v1alpha1.ConditionResolvedRefs).Status).To(Equal(metav1.ConditionTrue))
 		}).Should(Succeed())
