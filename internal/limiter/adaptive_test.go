@@ -171,9 +171,9 @@ func (h *eventHeap[T]) Pop() any {
 
 // TestAdaptiveSettlesAtTheKnee: 64 clients in a closed loop on an application whose latency
 // grows past 8 requests in flight (simulated time, so the run is exact and repeatable). The
-// adaptive limit settles near the knee (and stays there, but for its probes of the floor), keeps the p99 within 2× the floor's latency, and
-// completes at least 0.9 of what the best fixed limit does, found by a sweep of 1..64 on the
-// same load.
+// adaptive limit settles near the knee (and stays there, but for its probes of the floor),
+// keeps the p99 within 2× the floor's latency, and completes at least 0.9 of what the best
+// fixed limit does, found by a sweep of 1..64 on the same load.
 func TestAdaptiveSettlesAtTheKnee(t *testing.T) {
 	const (
 		clients = 64

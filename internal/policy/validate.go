@@ -345,13 +345,11 @@ func (r Rule) validateHeaders() error {
 	return nil
 }
 
-// validateAdaptive checks an adaptive rule: a Concurrency rule without key or tenants whose
-// minLimit is within 1..limit, with tolerancePct in 100..1000.
+// validateAdaptive checks an adaptive rule (r.Adaptive set): a Concurrency rule without key
+// or tenants whose minLimit is within 1..limit, with tolerancePct in 100..1000.
 func (r Rule) validateAdaptive() error {
 	a := r.Adaptive
 	switch {
-	case a == nil:
-		return nil
 	case r.Algorithm != string(limiter.Concurrency):
 		return fmt.Errorf("adaptive applies only to algorithm Concurrency, not %s", r.Algorithm)
 	case len(r.Key) > 0 || r.Tenants != nil:

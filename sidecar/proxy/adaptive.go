@@ -16,9 +16,10 @@ import (
 
 // Adaptive protection of the pod (adaptive rules): before any other rule is decided, a request
 // takes a place in the limit of every adaptive rule of the selected policies that matches it,
-// or is shed with 503 and Retry-After: 1 (in mode Shadow the shed is only counted). Its places are given back when its response is finished,
-// as a Concurrency slot is; the latency to the upstream response's head is what the limits
-// learn from (a streamed response's length says nothing about the application's load).
+// or is shed with 503 and Retry-After: 1 (in mode Shadow the shed is only counted). Its places
+// are given back when its response is finished, as a Concurrency slot is; the latency to the
+// upstream response's head is what the limits learn from (a streamed response's length says
+// nothing about the application's load).
 
 // places are the adaptive limits a request holds a place in. Close gives them back, once.
 type places struct {
