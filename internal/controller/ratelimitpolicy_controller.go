@@ -70,6 +70,9 @@ type RateLimitPolicyReconciler struct {
 	mu     sync.Mutex
 	// written is when each namespace's ConfigMap content last changed by this reconciler.
 	written map[string]time.Time
+	// statuses is, by namespace and policy UID, the status this reconciler last wrote: what the
+	// API server holds while the cache has not yet seen the write (see wroteStatus).
+	statuses map[string]map[types.UID]v1alpha1.RateLimitPolicyStatus
 }
 
 // +kubebuilder:rbac:groups=sluice.dev,resources=ratelimitpolicies,verbs=get;list;watch
@@ -111,6 +114,7 @@ func (r *RateLimitPolicyReconciler) Reconcile(ctx context.Context, req ctrl.Requ
 	if len(list.Items) == 0 {
 		r.fitter.Forget(ns) // bounded by the namespaces that have policies
 	}
+	r.forgetStatuses(ns, list.Items)
 	// The ConfigMap rendered last: the key sets and tenant tables to keep while their sources
 	// are missing or garbled.
 	rendered := &corev1.ConfigMap{}
@@ -249,6 +253,9 @@ func (r *RateLimitPolicyReconciler) writeConfigMap(ctx context.Context, doc *pol
 // updateStatus sets the policy's conditions from its verdict and patches the status once, and
 // only when it changed.
 func (r *RateLimitPolicyReconciler) updateStatus(ctx context.Context, p *v1alpha1.RateLimitPolicy, v render.Verdict, uninjected []*corev1.Pod, rt routing, hash string, renderErr error) error {
+	if st, ok := r.wroteStatus(p); ok {
+		p.Status = st
+	}
 	before := p.DeepCopy()
 	now := metav1.NewTime(r.Clock.Now())
 	set := func(c metav1.Condition) {
@@ -297,9 +304,66 @@ func (r *RateLimitPolicyReconciler) updateStatus(ctx context.Context, p *v1alpha
 	r.recordUninjected(before, p, uninjected)
 	r.recordBypass(before, p)
 	if err := r.Status().Patch(ctx, p, client.MergeFrom(before)); err != nil {
+		r.setWrote(p, nil) // what the server holds is unknown: the cache's copy answers next time
 		return client.IgnoreNotFound(err)
 	}
+	r.setWrote(p, &p.Status)
 	return nil
+}
+
+// wroteStatus returns the status this reconciler last wrote for p, when it wrote one. Status
+// updates are filtered out of the watch (policyUpdateMatters), so the cache's copy of p can lag
+// behind the last patch: compared with it, a status that went back to what the cache still
+// holds (a count 0 → 1 → 0 while the cache says 0) would look unchanged and never be written.
+// The controller is the status's only writer, so what it last wrote is what the server holds.
+func (r *RateLimitPolicyReconciler) wroteStatus(p *v1alpha1.RateLimitPolicy) (v1alpha1.RateLimitPolicyStatus, bool) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	st, ok := r.statuses[p.Namespace][p.UID]
+	if !ok {
+		return v1alpha1.RateLimitPolicyStatus{}, false
+	}
+	return *st.DeepCopy(), true
+}
+
+// setWrote records st as p's status on the server; nil forgets it.
+func (r *RateLimitPolicyReconciler) setWrote(p *v1alpha1.RateLimitPolicy, st *v1alpha1.RateLimitPolicyStatus) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if st == nil {
+		delete(r.statuses[p.Namespace], p.UID)
+		return
+	}
+	if r.statuses == nil {
+		r.statuses = map[string]map[types.UID]v1alpha1.RateLimitPolicyStatus{}
+	}
+	if r.statuses[p.Namespace] == nil {
+		r.statuses[p.Namespace] = map[types.UID]v1alpha1.RateLimitPolicyStatus{}
+	}
+	r.statuses[p.Namespace][p.UID] = *st.DeepCopy()
+}
+
+// forgetStatuses drops the written statuses of ns's policies that are gone, so the record is
+// bounded by the policies that exist.
+func (r *RateLimitPolicyReconciler) forgetStatuses(ns string, live []v1alpha1.RateLimitPolicy) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	kept := r.statuses[ns]
+	if len(kept) == 0 {
+		return
+	}
+	present := make(map[types.UID]bool, len(live))
+	for i := range live {
+		present[live[i].UID] = true
+	}
+	for uid := range kept {
+		if !present[uid] {
+			delete(kept, uid)
+		}
+	}
+	if len(kept) == 0 {
+		delete(r.statuses, ns)
+	}
 }
 
 // recordTransitions emits an event when a condition changed status or reason, or a new
