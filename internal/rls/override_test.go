@@ -7,7 +7,6 @@ import (
 	rlsv3common "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	typev3 "github.com/envoyproxy/go-control-plane/envoy/type/v3"
-	"github.com/prometheus/client_golang/prometheus/testutil"
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
 	"github.com/sluice-dev/sluice/internal/policy"
@@ -116,7 +115,7 @@ func TestDescriptorLimitOverride(t *testing.T) {
 	if resp := s.ask(t, "edge", 0, limited("acme", 1, typev3.RateLimitUnit_YEAR, 0)); resp.Statuses[0].GetCurrentLimit().GetRequestsPerUnit() != 50 {
 		t.Fatalf("acme with an override of a year: %v, want its table's 50", resp)
 	}
-	if got := testutil.ToFloat64(s.m.LimitOverride("shop", "per-tenant", false)); got != 5 {
+	if got := s.m.LimitOverride("shop", "per-tenant", false).Value(); got != 5 {
 		t.Fatalf("%v overrides counted ignored, want 5", got)
 	}
 }

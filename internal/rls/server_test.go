@@ -12,7 +12,6 @@ import (
 
 	rlsv3common "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
-	"github.com/prometheus/client_golang/prometheus/testutil"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
@@ -309,11 +308,11 @@ func TestSemantics(t *testing.T) {
 		}
 	}
 	sh := s.m.ForRule("shop", "shadowed")
-	if a, d := testutil.ToFloat64(sh.Allowed), testutil.ToFloat64(sh.ShadowDenied); a != 1 || d != 2 {
+	if a, d := sh.Allowed.Value(), sh.ShadowDenied.Value(); a != 1 || d != 2 {
 		t.Fatalf("shadow counted %v allowed, %v shadow_denied; want 1 and 2", a, d)
 	}
 	ck := s.m.ForRule("shop", "checkout")
-	if a, d, nc := testutil.ToFloat64(ck.Allowed), testutil.ToFloat64(ck.Denied), testutil.ToFloat64(ck.NotCharged); a != 3 || d != 2 || nc != 0 {
+	if a, d, nc := ck.Allowed.Value(), ck.Denied.Value(), ck.NotCharged.Value(); a != 3 || d != 2 || nc != 0 {
 		t.Fatalf("checkout counted %v allowed, %v denied, %v not charged; want 3, 2, 0", a, d, nc)
 	}
 }
@@ -354,7 +353,7 @@ func TestOutage(t *testing.T) {
 	if status.Code(err) != codes.Unavailable {
 		t.Fatalf("Closed while Redis is down: %v, want Unavailable", err)
 	}
-	if got := testutil.ToFloat64(a.m.ForPolicy("local").Local); got != 10 {
+	if got := a.m.ForPolicy("local").Local.Value(); got != 10 {
 		t.Fatalf("%v local fallback decisions, want 10", got)
 	}
 }

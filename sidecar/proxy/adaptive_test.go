@@ -4,7 +4,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus/testutil"
 	clocktesting "k8s.io/utils/clock/testing"
 
 	"github.com/sluice-dev/sluice/internal/policy"
@@ -22,18 +21,18 @@ func TestAdaptiveLimitLearnsFromForwardedRequests(t *testing.T) {
 	if got := e.codes(9, "/", nil); count(got, 200) != 9 {
 		t.Fatalf("codes %v, want 9 admitted", got)
 	}
-	if l := testutil.ToFloat64(limit); l != 4 {
+	if l := limit.Value(); l != 4 {
 		t.Fatalf("limit %v after 9 requests, want minLimit 4 (the round is not over)", l)
 	}
 	e.codes(1, "/", nil)
-	if l := testutil.ToFloat64(limit); l != 6 {
+	if l := limit.Value(); l != 6 {
 		t.Fatalf("limit %v after a round of 10 at the floor, want 4 + isqrt(4) = 6", l)
 	}
 	// The rule admits 12: 2 more pass, then denials, which are not forwarded.
 	if got := e.codes(12, "/", nil); count(got, 200) != 2 {
 		t.Fatalf("codes %v, want 2 admitted", got)
 	}
-	if l := testutil.ToFloat64(limit); l != 6 {
+	if l := limit.Value(); l != 6 {
 		t.Fatalf("limit %v, want 6: denied requests are no samples", l)
 	}
 }

@@ -5,8 +5,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus/testutil"
-
 	"github.com/sluice-dev/sluice/internal/dataplane/breaker"
 	"github.com/sluice-dev/sluice/internal/policy"
 	st "github.com/sluice-dev/sluice/internal/testutil/sidecartest"
@@ -72,7 +70,7 @@ func TestOutageUsageIsCharged(t *testing.T) {
 						return fmt.Errorf("breaker %s", s)
 					}
 					// The probe key's own local admissions are charged too, once.
-					if got := testutil.ToFloat64(charged); got < float64(spent) {
+					if got := charged.Value(); got < float64(spent) {
 						return fmt.Errorf("%v units charged, want at least %d", got, spent)
 					}
 					return nil
@@ -85,8 +83,8 @@ func TestOutageUsageIsCharged(t *testing.T) {
 				}
 				left := count(codes, 200)
 				t.Logf("%d spent before, %d during the outage; %d left after it; outage units %v charged, %v expired, %v dropped",
-					before, spent, left, testutil.ToFloat64(charged),
-					testutil.ToFloat64(e.m.OutageUnits.WithLabelValues("expired")), testutil.ToFloat64(e.m.OutageUnits.WithLabelValues("dropped")))
+					before, spent, left, charged.Value(),
+					e.m.OutageUnits.WithLabelValues("expired").Value(), e.m.OutageUnits.WithLabelValues("dropped").Value())
 				if left > limit-spent {
 					t.Errorf("%d admitted after the outage, more than limit - spent = %d", left, limit-spent)
 				}

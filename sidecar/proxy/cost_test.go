@@ -12,7 +12,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus/testutil"
 	clocktesting "k8s.io/utils/clock/testing"
 
 	"github.com/sluice-dev/sluice/internal/policy"
@@ -156,7 +155,7 @@ func TestResponseCostStreamsServerSentEventsAndChargesTheDebt(t *testing.T) {
 							resp.Header.Get("Retry-After"), resp.Header.Get("X-RateLimit-Remaining"), s.code, s.retry, s.left, body)
 					}
 				}
-				if got := testutil.ToFloat64(e.m.ResponseCostMissing("llm", "tokens")); got != 1 {
+				if got := e.m.ResponseCostMissing("llm", "tokens").Value(); got != 1 {
 					// the /cost request admitted last has no JSON body: minimumCost, missing
 					t.Errorf("sluice_response_cost_missing_total %v, want 1", got)
 				}
@@ -222,7 +221,7 @@ func TestResponseCostFromHeaderAndJSONBody(t *testing.T) {
 							t.Fatalf("step %d %s: status %d, remaining %q, want 200 and %s: %.100s", i, s.query, resp.StatusCode,
 								resp.Header.Get("X-RateLimit-Remaining"), s.left, body)
 						}
-						if got := testutil.ToFloat64(e.m.ResponseCostMissing("api", "tokens")); got != s.missing {
+						if got := e.m.ResponseCostMissing("api", "tokens").Value(); got != s.missing {
 							t.Fatalf("step %d %s: sluice_response_cost_missing_total %v, want %v", i, s.query, got, s.missing)
 						}
 						if v := resp.Header.Get("X-Usage-Tokens"); strings.HasPrefix(s.query, "h=") && v == "" {
@@ -259,7 +258,7 @@ func TestResponseCostDuringAnOutageIsChargedToRedisAfter(t *testing.T) {
 	}
 	e.redis.Kill()
 	resp, _ := e.do("GET", "/cost?h=30", nil)
-	local := testutil.ToFloat64(e.m.ForPolicy("api").Local)
+	local := e.m.ForPolicy("api").Local.Value()
 	if resp.StatusCode != 200 || local != 1 {
 		t.Fatalf("during the outage: status %d, %v local decisions; want 200 decided locally", resp.StatusCode, local)
 	}
@@ -267,8 +266,8 @@ func TestResponseCostDuringAnOutageIsChargedToRedisAfter(t *testing.T) {
 	charged := e.m.OutageUnits.WithLabelValues("charged")
 	st.Eventually(t, func() error {
 		e.do("GET", "/cost", nil) // decided locally until the breaker lets a request try Redis
-		local := testutil.ToFloat64(e.m.ForPolicy("api").Local)
-		if got, want := testutil.ToFloat64(charged), 2*local+28; got != want {
+		local := e.m.ForPolicy("api").Local.Value()
+		if got, want := charged.Value(), 2*local+28; got != want {
 			return fmt.Errorf("%v units charged to Redis after %v local decisions, want %v", got, local, want)
 		}
 		return nil
@@ -373,7 +372,7 @@ func TestResponseCostKeepsTrailersAndHead(t *testing.T) {
 				// Over h2c the HEAD's answer reaches the client when ReverseProxy flushes the head
 				// (it announces trailers), before the handler returns and settles the HEAD's
 				// missing cost: wait for that settle.
-				missing := func() float64 { return testutil.ToFloat64(e.m.ResponseCostMissing("api", "tokens")) }
+				missing := func() float64 { return e.m.ResponseCostMissing("api", "tokens").Value() }
 				for deadline := time.Now().Add(proc.Patience); missing() < 1 && time.Now().Before(deadline); {
 					time.Sleep(time.Millisecond)
 				}

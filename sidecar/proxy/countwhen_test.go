@@ -5,8 +5,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus/testutil"
-
 	"github.com/sluice-dev/sluice/internal/dataplane/breaker"
 	"github.com/sluice-dev/sluice/internal/policy"
 	st "github.com/sluice-dev/sluice/internal/testutil/sidecartest"
@@ -77,7 +75,7 @@ func TestCountWhenDuringAnOutageChargesRedisOnlyWhatCounted(t *testing.T) {
 		if s := e.brk.State(); s != breaker.Closed {
 			return fmt.Errorf("breaker %s", s)
 		}
-		if got := testutil.ToFloat64(charged); got != 1 {
+		if got := charged.Value(); got != 1 {
 			return fmt.Errorf("%v units charged to Redis, want the one 401", got)
 		}
 		return nil

@@ -18,7 +18,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus/testutil"
 	clocktesting "k8s.io/utils/clock/testing"
 
 	"github.com/sluice-dev/sluice/internal/dataplane/breaker"
@@ -258,7 +257,7 @@ func (e *env) codes(n int, path string, hdr map[string]string) []int {
 func (e *env) redisErrors() float64 {
 	var n float64
 	for _, kind := range []string{"timeout", "Unavailable", "late_charge"} {
-		n += testutil.ToFloat64(e.m.RedisErrors.WithLabelValues(kind))
+		n += e.m.RedisErrors.WithLabelValues(kind).Value()
 	}
 	return n
 }
@@ -281,13 +280,13 @@ func (e *env) counter(policy, rule, decision string) float64 {
 	r := e.m.ForRule(policy, rule)
 	switch decision {
 	case metrics.Allowed:
-		return testutil.ToFloat64(r.Allowed)
+		return r.Allowed.Value()
 	case metrics.Denied:
-		return testutil.ToFloat64(r.Denied)
+		return r.Denied.Value()
 	case metrics.NotCharged:
-		return testutil.ToFloat64(r.NotCharged)
+		return r.NotCharged.Value()
 	default:
-		return testutil.ToFloat64(r.ShadowDenied)
+		return r.ShadowDenied.Value()
 	}
 }
 

@@ -5,8 +5,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus/testutil"
-
 	"github.com/sluice-dev/sluice/internal/dataplane/breaker"
 	"github.com/sluice-dev/sluice/internal/policy"
 	st "github.com/sluice-dev/sluice/internal/testutil/sidecartest"
@@ -106,7 +104,7 @@ func TestRedisOutage(t *testing.T) {
 				// key; a round without one must be exact.
 				fb := e.m.ForPolicy("api")
 				undecided := func() float64 {
-					return e.redisErrors() + testutil.ToFloat64(fb.Local) + testutil.ToFloat64(fb.Open) + testutil.ToFloat64(fb.Closed)
+					return e.redisErrors() + fb.Local.Value() + fb.Open.Value() + fb.Closed.Value()
 				}
 				for round := 0; ; round++ {
 					before := undecided()

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"net/http"
 	"slices"
 	"strings"
@@ -14,7 +15,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus/testutil"
 	clocktesting "k8s.io/utils/clock/testing"
 
 	"github.com/sluice-dev/sluice/internal/policy"
@@ -362,8 +362,10 @@ func TestQueueSpacesRequests(t *testing.T) {
 			t.Errorf("request %d reached the upstream at t0+%s, want t0+%s", i, at.Sub(t0), want.Sub(t0))
 		}
 	}
-	if got := testutil.CollectAndCount(e.m.QueueDelaySeconds); got != 1 {
-		t.Errorf("queue delay histogram series = %d", got)
+	// Each request but the first waited i spacings: n-1 delays of 1..n-1 spacings.
+	wantSum := spacing.Seconds() * float64(n*(n-1)/2)
+	if got, sum := e.m.QueueDelaySeconds.Count(), e.m.QueueDelaySeconds.Sum(); got != n-1 || math.Abs(sum-wantSum) > 1e-9 {
+		t.Errorf("queue delay histogram: %d delays summing %gs, want %d summing %gs", got, sum, n-1, wantSum)
 	}
 }
 
@@ -382,7 +384,7 @@ func TestQueuedRequestAbandoned(t *testing.T) {
 		t.Fatalf("second: %v, want the client to give up during the delay", err)
 	}
 	st.Eventually(t, func() error {
-		if got := testutil.ToFloat64(e.m.QueueAbandoned); got != 1 {
+		if got := e.m.QueueAbandoned.Value(); got != 1 {
 			return fmt.Errorf("abandoned = %v", got)
 		}
 		return nil

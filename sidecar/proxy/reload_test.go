@@ -5,8 +5,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus/testutil"
-
 	"github.com/sluice-dev/sluice/internal/policy"
 	st "github.com/sluice-dev/sluice/internal/testutil/sidecartest"
 )
@@ -35,10 +33,10 @@ func TestHotReloadUnderLoad(t *testing.T) {
 		t.Errorf("generation %d, want 2", g)
 	}
 
-	failures := testutil.ToFloat64(e.m.ReloadFailures)
+	failures := e.m.ReloadFailures.Value()
 	e.vol.Write(t, map[string][]byte{"policies.json": []byte(`{"version":1,"policies":[{"name":"x"`)})
 	st.Eventually(t, func() error {
-		if got := testutil.ToFloat64(e.m.ReloadFailures); got != failures+1 {
+		if got := e.m.ReloadFailures.Value(); got != failures+1 {
 			return fmt.Errorf("reload failures %v, want %v", got, failures+1)
 		}
 		return nil

@@ -3,8 +3,6 @@ package config
 import (
 	"sync"
 
-	"github.com/prometheus/client_golang/prometheus"
-
 	"github.com/sluice-dev/sluice/internal/dataplane/keys"
 	"github.com/sluice-dev/sluice/internal/dataplane/metrics"
 	"github.com/sluice-dev/sluice/internal/limiter"
@@ -26,8 +24,8 @@ type Adaptive struct {
 // sluice_adaptive_limit, Shed counts the requests shed (or, in Shadow, that would be).
 type AdaptiveLimit struct {
 	*limiter.Adaptive
-	LimitGauge prometheus.Gauge
-	Shed       prometheus.Counter
+	LimitGauge *metrics.Gauge
+	Shed       *metrics.Counter
 }
 
 // Adaptives keeps each adaptive rule's limit from one configuration to the next while its

@@ -13,7 +13,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus/testutil"
 	clocktesting "k8s.io/utils/clock/testing"
 
 	"github.com/sluice-dev/sluice/internal/dataplane/metrics"
@@ -238,7 +237,7 @@ func TestLoader(t *testing.T) {
 		if err := l.Load(); err != nil {
 			t.Errorf("the same bad file again must not count again: %v", err)
 		}
-		if got := testutil.ToFloat64(m.ReloadFailures); got != float64(i+1) {
+		if got := m.ReloadFailures.Value(); got != float64(i+1) {
 			t.Errorf("reload failures %v, want %d", got, i+1)
 		}
 		if c := l.Current(); c.Generation != gen || len(c.Policies) != 1 {

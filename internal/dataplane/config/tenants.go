@@ -5,8 +5,7 @@ import (
 	"sync"
 	"sync/atomic"
 
-	"github.com/prometheus/client_golang/prometheus"
-
+	"github.com/sluice-dev/sluice/internal/dataplane/metrics"
 	"github.com/sluice-dev/sluice/internal/limiter"
 	"github.com/sluice-dev/sluice/internal/policy"
 )
@@ -106,7 +105,7 @@ const maxOverrides = 64
 type overrides struct {
 	m                sync.Map // override -> *Rule
 	n                atomic.Int32
-	applied, ignored prometheus.Counter
+	applied, ignored *metrics.Counter
 }
 
 // Override is an Envoy descriptor's limit override: Limit per WindowMs, or per calendar

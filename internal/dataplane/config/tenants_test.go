@@ -5,8 +5,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus/testutil"
-
 	"github.com/sluice-dev/sluice/internal/dataplane/keys"
 	"github.com/sluice-dev/sluice/internal/dataplane/metrics"
 	"github.com/sluice-dev/sluice/internal/limiter"
@@ -190,7 +188,7 @@ func TestOverrides(t *testing.T) {
 			}
 		})
 	}
-	if got := testutil.ToFloat64(m.LimitOverride("edge", "fw", false)); got != 6 {
+	if got := m.LimitOverride("edge", "fw", false).Value(); got != 6 {
 		t.Errorf("%v ignored overrides of fw counted, want 6 (3 ignored, twice)", got)
 	}
 }

@@ -1,30 +1,18 @@
 package metrics
 
-import "github.com/prometheus/client_golang/prometheus"
-
 // jwtCollectors are the series of the policies that verify tokens (spec.jwt).
 type jwtCollectors struct {
-	tokens  *prometheus.CounterVec
-	fetches *prometheus.CounterVec
-	keys    *prometheus.GaugeVec
+	tokens  *CounterVec
+	fetches *CounterVec
+	keys    *GaugeVec
 }
 
-func newJWTCollectors(r *prometheus.Registry) jwtCollectors {
+func newJWTCollectors(r *Registry) jwtCollectors {
 	c := jwtCollectors{
-		tokens: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "sluice_jwt_tokens_total",
-			Help: "Token verifications of policies with jwt, by policy and result: verified, cached (verified before), or why the request counts as unverified (missing, malformed, algorithm, unknown_key, signature, no_expiry, expired, not_yet_valid, issuer, audience). A request counts once per policy that reads its token.",
-		}, []string{policyLabel, "result"}),
-		fetches: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "sluice_jwks_fetches_total",
-			Help: "Fetches of a policy's key set URL (jwt.jwks.url), by policy and result (ok, error); after an error the keys fetched before stay in use.",
-		}, []string{policyLabel, "result"}),
-		keys: prometheus.NewGaugeVec(prometheus.GaugeOpts{
-			Name: "sluice_jwks_keys",
-			Help: "Public keys in use to verify a policy's tokens; 0 means every token counts as unverified.",
-		}, []string{policyLabel}),
+		tokens:  r.counterVec("sluice_jwt_tokens_total", "Token verifications of policies with jwt, by policy and result: verified, cached (verified before), or why the request counts as unverified (missing, malformed, algorithm, unknown_key, signature, no_expiry, expired, not_yet_valid, issuer, audience). A request counts once per policy that reads its token.", []string{policyLabel, "result"}),
+		fetches: r.counterVec("sluice_jwks_fetches_total", "Fetches of a policy's key set URL (jwt.jwks.url), by policy and result (ok, error); after an error the keys fetched before stay in use.", []string{policyLabel, "result"}),
+		keys:    r.gaugeVec("sluice_jwks_keys", "Public keys in use to verify a policy's tokens; 0 means every token counts as unverified.", []string{policyLabel}),
 	}
-	r.MustRegister(c.tokens, c.fetches, c.keys)
 	return c
 }
 
@@ -33,15 +21,15 @@ type JWT struct {
 	c      *jwtCollectors
 	policy string
 	// Keys is sluice_jwks_keys of the policy.
-	Keys prometheus.Gauge
+	Keys *Gauge
 	// Tokens are sluice_jwt_tokens_total of the policy by result, resolved once.
-	Tokens map[string]prometheus.Counter
+	Tokens map[string]*Counter
 }
 
 // ForJWT returns the token series of a policy that verifies tokens, with a counter of each of
 // results; they are created only for those policies, so other policies have no such series.
 func (m *Metrics) ForJWT(policyName string, results ...string) *JWT {
-	j := &JWT{c: &m.jwt, policy: policyName, Keys: m.jwt.keys.WithLabelValues(policyName), Tokens: map[string]prometheus.Counter{}}
+	j := &JWT{c: &m.jwt, policy: policyName, Keys: m.jwt.keys.WithLabelValues(policyName), Tokens: map[string]*Counter{}}
 	for _, r := range results {
 		j.Tokens[r] = m.jwt.tokens.WithLabelValues(policyName, r)
 	}
