@@ -21,6 +21,7 @@ import (
 	"net/url"
 	"os"
 	"os/signal"
+	"runtime/debug"
 	"sync/atomic"
 	"syscall"
 	"time"
@@ -45,7 +46,16 @@ func main() {
 	}
 }
 
+// gcPercent is the sidecar's GOGC unless the environment sets one. The heap a busy sidecar
+// keeps live is small (its connection buffers, about 3 MB under 32 busy connections), and it
+// allocates little per request, so a collection at 1.5 times the live heap rather than twice
+// costs no CPU that bench/proxy.sh can tell apart and keeps about 2 MiB less resident.
+const gcPercent = 50
+
 func run() error {
+	if os.Getenv("GOGC") == "" {
+		debug.SetGCPercent(gcPercent)
+	}
 	o, err := cmdline.Parse(os.Args[1:], flag.ExitOnError, os.LookupEnv)
 	if err != nil {
 		return err

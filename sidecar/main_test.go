@@ -9,6 +9,8 @@ import (
 	"net/http/httptest"
 	"os"
 	"os/exec"
+	"path/filepath"
+	"regexp"
 	"strings"
 	"sync/atomic"
 	"syscall"
@@ -252,4 +254,21 @@ func freeAddr(t *testing.T) string {
 	}
 	defer l.Close()
 	return l.Addr().String()
+}
+
+// TestGCPercent: the sidecar collects at GOGC 50 unless the environment sets GOGC, which
+// then wins (go_gc_gogc_percent reads the runtime's setting).
+func TestGCPercent(t *testing.T) {
+	up := newRawUpstream(t, func(*upstreamRequest) string { return "HTTP/1.1 204 No Content\r\n\r\n" })
+	gogc := regexp.MustCompile(`(?m)^go_gc_gogc_percent (\S+)$`)
+	for _, tc := range []struct{ env, want string }{{"", "50"}, {"100", "100"}} {
+		t.Run("GOGC="+tc.env, func(t *testing.T) {
+			t.Setenv("GOGC", tc.env)
+			s := launchSidecar(t, up.URL(), filepath.Join(t.TempDir(), "absent.json"))
+			m := gogc.FindStringSubmatch(scrape(t, "http://"+s.Admin+"/metrics"))
+			if m == nil || m[1] != tc.want {
+				t.Fatalf("go_gc_gogc_percent %v, want %s", m, tc.want)
+			}
+		})
+	}
 }

@@ -196,7 +196,7 @@ func TestMetricsServed(t *testing.T) {
 		t.Errorf("sluice_lease_decisions_total %g", v)
 	}
 	for _, name := range []string{"process_cpu_seconds_total", "process_resident_memory_bytes", "process_virtual_memory_bytes",
-		"process_open_fds", "process_max_fds", "process_start_time_seconds", "go_goroutines", "go_threads"} {
+		"process_open_fds", "process_max_fds", "process_start_time_seconds", "go_goroutines", "go_threads", "go_gc_gogc_percent"} {
 		if v := value(name); !(v > 0) {
 			t.Errorf("%s = %g", name, v)
 		}

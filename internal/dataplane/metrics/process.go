@@ -5,6 +5,7 @@ import (
 	"math"
 	"os"
 	"runtime"
+	rtmetrics "runtime/metrics"
 	"strconv"
 	"syscall"
 	"time"
@@ -13,7 +14,7 @@ import (
 // registerProcess registers the process's standard series, under the names Prometheus's
 // clients give them: process_cpu_seconds_total, process_resident_memory_bytes,
 // process_virtual_memory_bytes, process_open_fds, process_max_fds,
-// process_start_time_seconds, go_goroutines and go_threads. Each is read at the scrape; one
+// process_start_time_seconds, go_goroutines, go_threads and go_gc_gogc_percent. Each is read at the scrape; one
 // that cannot be read (no /proc) is written as NaN rather than left out.
 func registerProcess(r *Registry) {
 	start := startTime()
@@ -45,6 +46,14 @@ func registerProcess(r *Registry) {
 	r.gaugeFunc("go_threads", "Number of OS threads created.", func() float64 {
 		n, _ := runtime.ThreadCreateProfile(nil)
 		return float64(n)
+	})
+	r.gaugeFunc("go_gc_gogc_percent", "Heap size target percentage configured by the user, otherwise 100. This value is set by the GOGC environment variable, and the runtime/debug.SetGCPercent function. Sourced from /gc/gogc:percent.", func() float64 {
+		s := []rtmetrics.Sample{{Name: "/gc/gogc:percent"}}
+		rtmetrics.Read(s)
+		if s[0].Value.Kind() != rtmetrics.KindUint64 {
+			return nan()
+		}
+		return float64(s[0].Value.Uint64())
 	})
 }
 
