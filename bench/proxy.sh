@@ -23,7 +23,9 @@
 # PROFILE=0 and OUTAGE=0 skip the profile and the outage run; IDLE=N holds N idle keep-alive
 # connections to each proxy and reports its memory per connection (default 1000, 0 skips); BASELINE=path/to/sluice-sidecar adds
 # that binary in the same three configurations as "baseline-..." targets, to compare two builds in
-# one run (build it with CGO_ENABLED=0, as this script builds the sidecar); OUT=dir also writes each result as a tab-separated line to dir/proxy.tsv, "repeat
+# one run (build it with CGO_ENABLED=0, as this script builds the sidecar), and BASELINE_ENV="K=V ..."
+# sets environment variables for those baseline sidecars only (BASELINE=<this tree's sidecar>
+# BASELINE_ENV=GOGC=100 compares the shipped GOGC with Go's default); OUT=dir also writes each result as a tab-separated line to dir/proxy.tsv, "repeat
 # wrk|fixed target req/s p50-ms p99-ms non-2xx" and "repeat cpu target us-per-request rss-kib
 # requests peak-rss-kib" and "0 idle target rss-before-kib rss-held-kib connections", and wrk's
 # outputs next to it, for bench/bench.sh).
@@ -39,6 +41,7 @@ PROFILE=${PROFILE:-1}
 OUTAGE=${OUTAGE:-1}
 OUT=${OUT:-}
 BASELINE=${BASELINE:-}
+BASELINE_ENV=${BASELINE_ENV:-}
 IDLE=${IDLE:-1000}
 
 cd "$(dirname "$0")/.."
@@ -116,10 +119,11 @@ grep -q X-User "$WORK/header.json"; grep -q jwtClaim "$WORK/jwt.json"
 # sidecar NAME CONFIG [extra flags...]: starts a sidecar ($SIDECAR_BIN), sets SC_PORT, SC_METRICS,
 # SC_PID.
 SIDECAR_BIN=$WORK/sluice-sidecar
+SIDECAR_ENV=()
 sidecar() {
   local name=$1 config=$2; shift 2
   SC_PORT=$(freeport); SC_METRICS=$(freeport)
-  "$SIDECAR_BIN" --listen "127.0.0.1:$SC_PORT" --upstream "http://127.0.0.1:$UP" \
+  env "${SIDECAR_ENV[@]}" "$SIDECAR_BIN" --listen "127.0.0.1:$SC_PORT" --upstream "http://127.0.0.1:$UP" \
     --config "$config" --pod-labels-file "" --metrics-listen "127.0.0.1:$SC_METRICS" --pprof "$@" \
     > "$WORK/$name.log" 2>&1 &
   SC_PID=$!; PIDS+=($SC_PID)
@@ -140,11 +144,13 @@ TARGETS=("direct $UP 0" "nginx+limit_req $NGINX $NGINX_PID" "bare-fasthttp $BARE
   "sidecar+redis+header $HDR $HDR_PID" "sidecar+redis+jwt $JWT $JWT_PID")
 if [ -n "$BASELINE" ]; then
   SIDECAR_BIN=$BASELINE
+  read -r -a SIDECAR_ENV <<<"$BASELINE_ENV"
   sidecar base-none "$WORK/absent.json"; B_NONE_M=$SC_METRICS; TARGETS+=("baseline-no-policy $SC_PORT $SC_PID")
   sidecar base-redis "$WORK/policies.json" --redis-url "redis://127.0.0.1:$REDIS/0"; B_RED_M=$SC_METRICS; TARGETS+=("baseline+redis $SC_PORT $SC_PID")
   sidecar base-leased "$WORK/leased.json" --redis-url "redis://127.0.0.1:$REDIS/0"; TARGETS+=("baseline-leased $SC_PORT $SC_PID")
   sidecar base-local "$WORK/policies.json"; TARGETS+=("baseline-local $SC_PORT $SC_PID")
   SIDECAR_BIN=$WORK/sluice-sidecar
+  SIDECAR_ENV=()
 fi
 
 # ms VALUE: wrk's latency (e.g. 812.00us, 1.20ms, 2.01s) in milliseconds.
