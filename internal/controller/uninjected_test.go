@@ -41,6 +41,20 @@ func sidecarEvents(g Gomega, ctx context.Context, ns, policyName string) map[str
 	return out
 }
 
+// uninjectedJob creates policy "web" and an uninjected pod "job" it selects, and waits until the
+// policy counts it.
+func uninjectedJob(ctx context.Context, ns string) *corev1.Pod {
+	GinkgoHelper()
+	Expect(k8sClient.Create(ctx, newPolicy(ns, "web"))).To(Succeed())
+	pod := annotated(newPod(ns, "job", map[string]string{"app": "web"}))
+	Expect(k8sClient.Create(ctx, pod)).To(Succeed())
+	Eventually(func(g Gomega) {
+		p, _, _ := status(g, ctx, ns, "web")
+		g.Expect(p.Status.UninjectedPods).To(BeEquivalentTo(1))
+	}).Should(Succeed())
+	return pod
+}
+
 var _ = Describe("Pods that ask for the sidecar but run without it", func() {
 	var ns string
 	BeforeEach(func(ctx context.Context) { ns = newNamespace(ctx) })
@@ -90,13 +104,7 @@ var _ = Describe("Pods that ask for the sidecar but run without it", func() {
 	})
 
 	It("are no longer counted once they have finished", func(ctx context.Context) {
-		Expect(k8sClient.Create(ctx, newPolicy(ns, "web"))).To(Succeed())
-		pod := annotated(newPod(ns, "job", map[string]string{"app": "web"}))
-		Expect(k8sClient.Create(ctx, pod)).To(Succeed())
-		Eventually(func(g Gomega) {
-			p, _, _ := status(g, ctx, ns, "web")
-			g.Expect(p.Status.UninjectedPods).To(BeEquivalentTo(1))
-		}).Should(Succeed())
+		pod := uninjectedJob(ctx, ns)
 
 		pod.Status.Phase = corev1.PodSucceeded
 		Expect(k8sClient.Status().Update(ctx, pod)).To(Succeed())
@@ -135,13 +143,7 @@ var _ = Describe("Pods that ask for the sidecar but run without it", func() {
 var _ = Describe("A status that goes back to what a stale cache still holds", func() {
 	It("is written all the same", func(ctx context.Context) {
 		ns := newNamespace(ctx)
-		Expect(k8sClient.Create(ctx, newPolicy(ns, "web"))).To(Succeed())
-		pod := annotated(newPod(ns, "job", map[string]string{"app": "web"}))
-		Expect(k8sClient.Create(ctx, pod)).To(Succeed())
-		Eventually(func(g Gomega) {
-			p, _, _ := status(g, ctx, ns, "web")
-			g.Expect(p.Status.UninjectedPods).To(BeEquivalentTo(1))
-		}).Should(Succeed())
+		pod := uninjectedJob(ctx, ns)
 
 		By("taking the server back to a status without the pod, as an earlier reconcile wrote it")
 		p, _, _ := status(Default, ctx, ns, "web")

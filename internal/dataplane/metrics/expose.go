@@ -234,20 +234,25 @@ func (r *Registry) gaugeFunc(name, help string, value func() float64) {
 
 func (r *Registry) counterVec(name, help string, labels []string) *CounterVec {
 	c := &CounterVec{}
-	c.v.init(labels)
-	r.add(&family{name: name, help: help, kind: "counter", write: func(w *expoWriter) {
-		c.v.each(func(vals []string, s *Counter) { w.sample(name, c.v.sorted, vals, s.Value()) })
-	}})
+	addVec(r, name, help, "counter", labels, &c.v)
 	return c
 }
 
 func (r *Registry) gaugeVec(name, help string, labels []string) *GaugeVec {
 	g := &GaugeVec{}
-	g.v.init(labels)
-	r.add(&family{name: name, help: help, kind: "gauge", write: func(w *expoWriter) {
-		g.v.each(func(vals []string, s *Gauge) { w.sample(name, g.v.sorted, vals, s.Value()) })
-	}})
+	addVec(r, name, help, "gauge", labels, &g.v)
 	return g
+}
+
+// addVec registers v, with the label names labels, as the family name of the type kind.
+func addVec[T any, P interface {
+	*T
+	Value() float64
+}](r *Registry, name, help, kind string, labels []string, v *vec[T]) {
+	v.init(labels)
+	r.add(&family{name: name, help: help, kind: kind, write: func(w *expoWriter) {
+		v.each(func(vals []string, s *T) { w.sample(name, v.sorted, vals, P(s).Value()) })
+	}})
 }
 
 func (r *Registry) histogram(name, help string, bounds []float64) *Histogram {
