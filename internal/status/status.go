@@ -34,6 +34,7 @@ const (
 	metricRequests = "sluice_requests_total"
 	metricFallback = "sluice_fallback_decisions_total"
 	metricBreaker  = "sluice_breaker_state"
+	metricShed     = "sluice_adaptive_shed_total"
 	breakerOpen    = 2
 )
 
@@ -47,7 +48,12 @@ type Scrape struct {
 	Local map[string]float64
 	// Breaker is the Redis breaker's state: 0 closed, 1 half-open, 2 open.
 	Breaker float64
+	// Shed counts the requests each adaptive rule shed (in mode Shadow: would have shed).
+	Shed map[PolicyRule]float64
 }
+
+// PolicyRule names one rule of one policy.
+type PolicyRule struct{ Policy, Rule string }
 
 // RuleDecision names one series of sluice_requests_total.
 type RuleDecision struct{ Policy, Rule, Decision string }
@@ -59,7 +65,7 @@ func ParseScrape(r io.Reader, at time.Time) (Scrape, error) {
 	if err != nil {
 		return Scrape{}, err
 	}
-	s := Scrape{At: at, Requests: map[RuleDecision]float64{}, Local: map[string]float64{}}
+	s := Scrape{At: at, Requests: map[RuleDecision]float64{}, Local: map[string]float64{}, Shed: map[PolicyRule]float64{}}
 	for _, m := range fams[metricRequests].GetMetric() {
 		l := labelMap(m)
 		s.Requests[RuleDecision{l["policy"], l["rule"], l["decision"]}] += m.GetCounter().GetValue()
@@ -68,6 +74,10 @@ func ParseScrape(r io.Reader, at time.Time) (Scrape, error) {
 		if l := labelMap(m); l["mode"] == "local" {
 			s.Local[l["policy"]] += m.GetCounter().GetValue()
 		}
+	}
+	for _, m := range fams[metricShed].GetMetric() {
+		l := labelMap(m)
+		s.Shed[PolicyRule{l["policy"], l["rule"]}] += m.GetCounter().GetValue()
 	}
 	for _, m := range fams[metricBreaker].GetMetric() {
 		s.Breaker = m.GetGauge().GetValue()
@@ -98,6 +108,9 @@ type Policy struct {
 	FailureMode string
 	Rules       []string
 	Pods        []string
+	// Adaptive names the rules that are adaptive protection (a Concurrency rule with adaptive),
+	// true for those in mode Shadow.
+	Adaptive map[string]bool
 }
 
 // Row is one rule's line of the report.
@@ -112,6 +125,10 @@ type Row struct {
 	// how many had their Redis breaker open at the second.
 	Local, BreakerOpen int
 	FailureMode        string
+	// Adaptive marks an adaptive rule: its Denied (ShadowDenied in mode Shadow) are the
+	// requests it shed with 503, and Admitted is not known (the sidecar counts no admissions
+	// of an adaptive rule).
+	Adaptive bool
 }
 
 // Summarize computes the report from two scrapes of each pod. A pod missing from before or
@@ -124,6 +141,7 @@ func Summarize(policies []Policy, before, after map[string]Scrape) []Row {
 		for _, r := range p.Rules {
 			row := base
 			row.Rule = r
+			_, row.Adaptive = p.Adaptive[r]
 			perRule[r] = &row
 		}
 		for _, pod := range p.Pods {
@@ -158,6 +176,17 @@ func Summarize(policies []Policy, before, after map[string]Scrape) []Row {
 					row.ShadowDenied += r
 				}
 			}
+			for k, v := range a.Shed {
+				row, ok := perRule[k.Rule]
+				if k.Policy != p.Name || !ok || !row.Adaptive {
+					continue
+				}
+				if r := increase(b.Shed[k], v) / dt; p.Adaptive[k.Rule] {
+					row.ShadowDenied += r
+				} else {
+					row.Denied += r
+				}
+			}
 		}
 		for _, r := range p.Rules {
 			rows = append(rows, *perRule[r])
@@ -171,7 +200,11 @@ func Write(w io.Writer, rows []Row) error {
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "POLICY\tRULE\tADMITTED/S\tDENIED/S\tSHADOW-DENIED/S\tPODS\tLOCAL SHARE\tBREAKER OPEN\tFAILURE MODE")
 	for _, r := range rows {
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%d/%d\t%d\t%d\t%s\n", r.Policy, r.Rule, perSecond(r.Admitted), perSecond(r.Denied),
+		admitted := perSecond(r.Admitted)
+		if r.Adaptive {
+			admitted = "-"
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%d/%d\t%d\t%d\t%s\n", r.Policy, r.Rule, admitted, perSecond(r.Denied),
 			perSecond(r.ShadowDenied), r.Scraped, r.Pods, r.Local, r.BreakerOpen, r.FailureMode)
 	}
 	return tw.Flush()
@@ -223,6 +256,12 @@ func Targets(policies []v1alpha1.RateLimitPolicy, pods []corev1.Pod) ([]Policy, 
 		sp := Policy{Name: p.Name, FailureMode: string(p.Spec.FailureMode)}
 		for _, r := range p.Spec.Rules {
 			sp.Rules = append(sp.Rules, r.Name)
+			if r.Adaptive != nil {
+				if sp.Adaptive == nil {
+					sp.Adaptive = map[string]bool{}
+				}
+				sp.Adaptive[r.Name] = r.Mode == v1alpha1.Shadow
+			}
 		}
 		sort.Strings(sp.Rules)
 		for i := range pods {

@@ -92,6 +92,46 @@ func TestSummarizeTwoPods(t *testing.T) {
 	}
 }
 
+// An adaptive rule's row shows what it shed: as denied when it enforces, as shadow-denied in
+// mode Shadow, and no admitted figure (the sidecar counts none for it).
+func TestSummarizeAdaptive(t *testing.T) {
+	web0, web1 := metrics.New(), metrics.New()
+	_, guard0 := web0.Adaptive("api", "guard")
+	_, guard1 := web1.Adaptive("api", "guard")
+	_, trial0 := web0.Adaptive("api", "trial")
+	_, other := web0.Adaptive("other", "guard") // another policy's rule of the same name
+	guard0.Add(3)
+	before := map[string]status.Scrape{"web-0": parse(t, web0, t0), "web-1": parse(t, web1, t0)}
+	guard0.Add(10)
+	guard1.Add(5)
+	trial0.Add(4)
+	other.Add(100)
+	after := map[string]status.Scrape{"web-0": parse(t, web0, t0.Add(5*time.Second)), "web-1": parse(t, web1, t0.Add(5*time.Second))}
+
+	policies := []status.Policy{{Name: "api", FailureMode: "Local", Rules: []string{"guard", "trial"}, Pods: []string{"web-0", "web-1"},
+		Adaptive: map[string]bool{"guard": false, "trial": true}}}
+	rows := status.Summarize(policies, before, after)
+	want := []status.Row{
+		{Policy: "api", Rule: "guard", Denied: 3, Scraped: 2, Pods: 2, FailureMode: "Local", Adaptive: true},
+		{Policy: "api", Rule: "trial", ShadowDenied: 0.8, Scraped: 2, Pods: 2, FailureMode: "Local", Adaptive: true},
+	}
+	if len(rows) != len(want) || rows[0] != want[0] || rows[1] != want[1] {
+		t.Fatalf("rows\n got %+v\nwant %+v", rows, want)
+	}
+	var out strings.Builder
+	if err := status.Write(&out, rows); err != nil {
+		t.Fatal(err)
+	}
+	for _, line := range []string{
+		"api     guard  -           3.0       0.0              2/2   0            0             Local",
+		"api     trial  -           0.0       0.8              2/2   0            0             Local",
+	} {
+		if !strings.Contains(out.String(), line+"\n") {
+			t.Errorf("output lacks %q:\n%s", line, out.String())
+		}
+	}
+}
+
 // A sidecar that restarted between the scrapes counts from zero, as Prometheus' rate does.
 func TestSummarizeCounterReset(t *testing.T) {
 	old, restarted := metrics.New(), metrics.New()
@@ -174,13 +214,15 @@ func TestTargets(t *testing.T) {
 	policies := []v1alpha1.RateLimitPolicy{{
 		ObjectMeta: metav1.ObjectMeta{Name: "web"},
 		Spec: v1alpha1.RateLimitPolicySpec{PodSelector: &metav1.LabelSelector{MatchLabels: map[string]string{"app": "web"}},
-			FailureMode: v1alpha1.FailureLocal, Rules: []v1alpha1.Rule{{Name: "b"}, {Name: "a"}}},
+			FailureMode: v1alpha1.FailureLocal, Rules: []v1alpha1.Rule{{Name: "b"}, {Name: "a"},
+				{Name: "guard", Adaptive: &v1alpha1.AdaptiveSpec{}}, {Name: "trial", Adaptive: &v1alpha1.AdaptiveSpec{}, Mode: v1alpha1.Shadow}}},
 	}}
 	ps, targets, err := status.Targets(policies, pods)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(ps) != 1 || strings.Join(ps[0].Pods, ",") != "web-1,web-0" || strings.Join(ps[0].Rules, ",") != "a,b" || ps[0].FailureMode != "Local" {
+	if len(ps) != 1 || strings.Join(ps[0].Pods, ",") != "web-1,web-0" || strings.Join(ps[0].Rules, ",") != "a,b,guard,trial" || ps[0].FailureMode != "Local" ||
+		len(ps[0].Adaptive) != 2 || ps[0].Adaptive["guard"] || !ps[0].Adaptive["trial"] {
 		t.Errorf("policies %+v", ps)
 	}
 	if len(targets) != 2 || targets[0] != (status.Target{Name: "web-0", Port: 9191}) || targets[1].Name != "web-1" {
