@@ -3,6 +3,7 @@ package metrics
 import (
 	"bufio"
 	"io"
+	"maps"
 	"math"
 	"net/http"
 	"slices"
@@ -31,8 +32,8 @@ func (c *Counter) Add(v float64) {
 	if v < 0 || math.IsNaN(v) {
 		return
 	}
-	if u := uint64(v); float64(u) == v && v < 1<<63 {
-		c.whole.Add(u)
+	if v < 1<<63 && v == math.Trunc(v) {
+		c.whole.Add(uint64(v))
 		return
 	}
 	addFloat(&c.frac, v)
@@ -110,69 +111,64 @@ type family struct {
 }
 
 // vec holds a family's series by label values, created on first use and kept. The
-// exposition writes the labels sorted by name, as Prometheus's clients do; values are kept in
-// that order too.
+// exposition writes the labels sorted by name, as Prometheus's clients do; each series keeps
+// its values in that order.
 type vec[T any] struct {
 	mu     sync.RWMutex
-	series map[string]*T
-	values map[string][]string // by series, in the order of sorted
-	labels int
-	sorted []string // the label names, sorted
-	order  []int    // order[i] is the position of sorted[i] among the names as given
+	series map[string]*series[T] // by the values as given, joined
+	sorted []string              // the label names, sorted
+	order  []int                 // order[i] is the position of sorted[i] among the names as given
+}
+
+// series is one member of a vec: its label values, in the order of vec.sorted, and its value.
+type series[T any] struct {
+	vals []string
+	v    T
 }
 
 func (v *vec[T]) init(labels []string) {
-	v.labels, v.sorted, v.order = len(labels), slices.Clone(labels), make([]int, len(labels))
+	v.sorted, v.order = slices.Clone(labels), make([]int, len(labels))
 	slices.Sort(v.sorted)
 	for i, name := range v.sorted {
 		v.order[i] = slices.Index(labels, name)
 	}
 }
 
-func (v *vec[T]) with(vals []string, init func() *T) *T {
-	if len(vals) != v.labels {
-		panic("metrics: " + strconv.Itoa(len(vals)) + " label values for " + strconv.Itoa(v.labels) + " labels")
+func (v *vec[T]) with(vals []string) *T {
+	if len(vals) != len(v.order) {
+		panic("metrics: " + strconv.Itoa(len(vals)) + " label values for " + strconv.Itoa(len(v.order)) + " labels")
 	}
 	k := strings.Join(vals, "\xff")
 	v.mu.RLock()
 	s, ok := v.series[k]
 	v.mu.RUnlock()
 	if ok {
-		return s
+		return &s.v
 	}
 	v.mu.Lock()
 	defer v.mu.Unlock()
 	if s, ok = v.series[k]; ok {
-		return s
+		return &s.v
 	}
 	if v.series == nil {
-		v.series, v.values = map[string]*T{}, map[string][]string{}
+		v.series = map[string]*series[T]{}
 	}
-	s = init()
-	sortedVals := make([]string, len(vals))
+	s = &series[T]{vals: make([]string, len(vals))}
 	for i, j := range v.order {
-		sortedVals[i] = vals[j]
+		s.vals[i] = vals[j]
 	}
-	v.series[k], v.values[k] = s, sortedVals
-	return s
+	v.series[k] = s
+	return &s.v
 }
 
-// each calls f with every series, its label values in the order of the sorted names, in the
-// order of those values.
-func (v *vec[T]) each(f func(vals []string, s *T)) {
-	type entry struct {
-		vals []string
-		s    *T
-	}
+// each calls f with every series in the order of its label values.
+func (v *vec[T]) each(f func(vals []string, value *T)) {
 	v.mu.RLock()
-	entries := make([]entry, 0, len(v.series))
-	for k, s := range v.series {
-		entries = append(entries, entry{v.values[k], s})
-	}
+	all := slices.Collect(maps.Values(v.series))
 	v.mu.RUnlock()
-	slices.SortFunc(entries, func(a, b entry) int { return slices.Compare(a.vals, b.vals) })
-	for _, e := range entries {
-		f(e.vals, e.s)
+	slices.SortFunc(all, func(a, b *series[T]) int { return slices.Compare(a.vals, b.vals) })
+	for _, s := range all {
+		f(s.vals, &s.v)
 	}
 }
 
@@ -181,7 +177,7 @@ type CounterVec struct{ v vec[Counter] }
 
 // WithLabelValues returns the counter of vals (in the order of the family's labels).
 func (c *CounterVec) WithLabelValues(vals ...string) *Counter {
-	return c.v.with(vals, func() *Counter { return new(Counter) })
+	return c.v.with(vals)
 }
 
 // GaugeVec is a family of gauges by label values.
@@ -189,7 +185,7 @@ type GaugeVec struct{ v vec[Gauge] }
 
 // WithLabelValues returns the gauge of vals (in the order of the family's labels).
 func (g *GaugeVec) WithLabelValues(vals ...string) *Gauge {
-	return g.v.with(vals, func() *Gauge { return new(Gauge) })
+	return g.v.with(vals)
 }
 
 // Registry holds families and writes them in the text format, sorted by name as Prometheus's
@@ -273,8 +269,8 @@ func (r *Registry) histogram(name, help string, bounds []float64) *Histogram {
 	return h
 }
 
-// WriteTo writes every family in the text exposition format.
-func (r *Registry) WriteTo(out io.Writer) (int64, error) {
+// write writes every family in the text exposition format.
+func (r *Registry) write(out io.Writer) error {
 	r.mu.Lock()
 	fams := slices.Clone(r.families)
 	r.mu.Unlock()
@@ -292,10 +288,7 @@ func (r *Registry) WriteTo(out io.Writer) (int64, error) {
 		w.byte('\n')
 		f.write(w)
 	}
-	if err := w.w.Flush(); err != nil {
-		return w.n, err
-	}
-	return w.n, nil
+	return w.w.Flush() // bufio keeps the first write error
 }
 
 // contentType is the text exposition format's media type.
@@ -313,26 +306,19 @@ func (r *Registry) handler() http.Handler {
 		if req.Method == http.MethodHead {
 			return
 		}
-		_, _ = r.WriteTo(w)
+		_ = r.write(w)
 	})
 }
 
-// expoWriter writes the text format's pieces, counting bytes.
+// expoWriter writes the text format's pieces; the bufio.Writer keeps the first error.
 type expoWriter struct {
 	w   *bufio.Writer
-	n   int64
 	buf []byte
 }
 
-func (w *expoWriter) str(s string) {
-	n, _ := w.w.WriteString(s)
-	w.n += int64(n)
-}
+func (w *expoWriter) str(s string) { _, _ = w.w.WriteString(s) }
 
-func (w *expoWriter) byte(b byte) {
-	_ = w.w.WriteByte(b)
-	w.n++
-}
+func (w *expoWriter) byte(b byte) { _ = w.w.WriteByte(b) }
 
 // escaped writes s with the format's escapes: backslash and newline, and in a label value
 // also the double quote.
@@ -368,8 +354,7 @@ func (w *expoWriter) sample(name string, labels, vals []string, v float64) {
 	}
 	w.byte(' ')
 	w.buf = appendFloat(w.buf[:0], v)
-	n, _ := w.w.Write(w.buf)
-	w.n += int64(n)
+	_, _ = w.w.Write(w.buf)
 	w.byte('\n')
 }
 

@@ -90,7 +90,7 @@ func TestExpositionAsClientLibrary(t *testing.T) {
 	}
 
 	var buf bytes.Buffer
-	if _, err := ours.WriteTo(&buf); err != nil {
+	if err := ours.write(&buf); err != nil {
 		t.Fatal(err)
 	}
 	got := parse(t, buf.String())

@@ -9,9 +9,15 @@ type jwtCollectors struct {
 
 func newJWTCollectors(r *Registry) jwtCollectors {
 	c := jwtCollectors{
-		tokens:  r.counterVec("sluice_jwt_tokens_total", "Token verifications of policies with jwt, by policy and result: verified, cached (verified before), or why the request counts as unverified (missing, malformed, algorithm, unknown_key, signature, no_expiry, expired, not_yet_valid, issuer, audience). A request counts once per policy that reads its token.", []string{policyLabel, "result"}),
-		fetches: r.counterVec("sluice_jwks_fetches_total", "Fetches of a policy's key set URL (jwt.jwks.url), by policy and result (ok, error); after an error the keys fetched before stay in use.", []string{policyLabel, "result"}),
-		keys:    r.gaugeVec("sluice_jwks_keys", "Public keys in use to verify a policy's tokens; 0 means every token counts as unverified.", []string{policyLabel}),
+		tokens: r.counterVec("sluice_jwt_tokens_total",
+			"Token verifications of policies with jwt, by policy and result: verified, cached (verified before), or why the request counts as unverified (missing, malformed, algorithm, unknown_key, signature, no_expiry, expired, not_yet_valid, issuer, audience). A request counts once per policy that reads its token.",
+			[]string{policyLabel, "result"}),
+		fetches: r.counterVec("sluice_jwks_fetches_total",
+			"Fetches of a policy's key set URL (jwt.jwks.url), by policy and result (ok, error); after an error the keys fetched before stay in use.",
+			[]string{policyLabel, "result"}),
+		keys: r.gaugeVec("sluice_jwks_keys",
+			"Public keys in use to verify a policy's tokens; 0 means every token counts as unverified.",
+			[]string{policyLabel}),
 	}
 	return c
 }

@@ -60,28 +60,59 @@ type Metrics struct {
 func New() *Metrics {
 	r := &Registry{}
 	m := &Metrics{
-		Registry:            r,
-		requests:            r.counterVec("sluice_requests_total", "Rule decisions by policy, rule and decision (allowed, denied, shadow_denied, not_charged: the rule did not deny a request another rule denied, so it was not charged). A request counts once per matching rule.", []string{"policy", "rule", "decision"}),
-		fallback:            r.counterVec("sluice_fallback_decisions_total", "Rule decisions made without Redis (breaker open, Redis failed, or no Redis configured), by policy and failure mode (local, open, closed).", []string{"policy", "mode"}),
-		DecisionSeconds:     r.histogram("sluice_decision_duration_seconds", "Time to decide a request over all its matching rules, excluding queue delay.", []float64{.00005, .0001, .00025, .0005, .001, .0025, .005, .01, .025, .05, .1, .25}),
-		RedisErrors:         r.counterVec("sluice_redis_errors_total", "Redis calls that failed, by kind (timeout, unavailable; late_charge: a countWhen or responseCost charge after the response).", []string{"kind"}),
-		BreakerState:        r.gauge("sluice_breaker_state", "Redis circuit breaker state: 0 closed, 1 half-open, 2 open."),
-		BreakerTransitions:  r.counterVec("sluice_breaker_transitions_total", "Redis circuit breaker state changes, by target state.", []string{"to"}),
-		ConfigGeneration:    r.gauge("sluice_config_generation", "Generation of the configuration in use; increases with every successful reload that changed something."),
-		ConfigReloads:       r.counter("sluice_config_reloads_total", "Successful configuration loads that changed the configuration in use."),
-		ReloadFailures:      r.counter("sluice_config_reload_failures_total", "Configuration loads that failed (unreadable, unparseable or invalid); the last good configuration stays in use."),
-		ConfigPolicies:      r.gauge("sluice_config_policies", "Policies in use: those of policies.json whose selector matches this pod's labels."),
-		QueueDelaySeconds:   r.histogram("sluice_queue_delay_seconds", "Delays imposed on requests by LeakyBucket Queue rules.", []float64{.001, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30}),
-		QueueAbandoned:      r.counter("sluice_queue_abandoned_total", "Queued requests whose client went away during the delay; they never reached the upstream."),
-		UpstreamErrors:      r.counter("sluice_upstream_errors_total", "Requests the upstream could not answer (answered 502 by the sidecar)."),
-		OutageUnits:         r.counterVec("sluice_outage_units_total", "Units admitted on the local share while Redis could not decide, by outcome: charged to Redis once it was back, expired with their window first, or dropped (backlog full).", []string{"outcome"}),
-		responseCostMissing: r.counterVec("sluice_response_cost_missing_total", "Responses of responseCost rules that reported no valid cost (no header or field, a value that is no non-negative integer, a body too large to search, or no response from the upstream), by policy and rule: such a request was charged its minimumCost.", policyRuleLabels),
+		Registry: r,
+		requests: r.counterVec("sluice_requests_total",
+			"Rule decisions by policy, rule and decision (allowed, denied, shadow_denied, not_charged: the rule did not deny a request another rule denied, so it was not charged). A request counts once per matching rule.",
+			[]string{"policy", "rule", "decision"}),
+		fallback: r.counterVec("sluice_fallback_decisions_total",
+			"Rule decisions made without Redis (breaker open, Redis failed, or no Redis configured), by policy and failure mode (local, open, closed).",
+			[]string{"policy", "mode"}),
+		DecisionSeconds: r.histogram("sluice_decision_duration_seconds",
+			"Time to decide a request over all its matching rules, excluding queue delay.",
+			[]float64{.00005, .0001, .00025, .0005, .001, .0025, .005, .01, .025, .05, .1, .25}),
+		RedisErrors: r.counterVec("sluice_redis_errors_total",
+			"Redis calls that failed, by kind (timeout, unavailable; late_charge: a countWhen or responseCost charge after the response).",
+			[]string{"kind"}),
+		BreakerState: r.gauge("sluice_breaker_state",
+			"Redis circuit breaker state: 0 closed, 1 half-open, 2 open."),
+		BreakerTransitions: r.counterVec("sluice_breaker_transitions_total",
+			"Redis circuit breaker state changes, by target state.",
+			[]string{"to"}),
+		ConfigGeneration: r.gauge("sluice_config_generation",
+			"Generation of the configuration in use; increases with every successful reload that changed something."),
+		ConfigReloads: r.counter("sluice_config_reloads_total",
+			"Successful configuration loads that changed the configuration in use."),
+		ReloadFailures: r.counter("sluice_config_reload_failures_total",
+			"Configuration loads that failed (unreadable, unparseable or invalid); the last good configuration stays in use."),
+		ConfigPolicies: r.gauge("sluice_config_policies",
+			"Policies in use: those of policies.json whose selector matches this pod's labels."),
+		QueueDelaySeconds: r.histogram("sluice_queue_delay_seconds",
+			"Delays imposed on requests by LeakyBucket Queue rules.",
+			[]float64{.001, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30}),
+		QueueAbandoned: r.counter("sluice_queue_abandoned_total",
+			"Queued requests whose client went away during the delay; they never reached the upstream."),
+		UpstreamErrors: r.counter("sluice_upstream_errors_total",
+			"Requests the upstream could not answer (answered 502 by the sidecar)."),
+		OutageUnits: r.counterVec("sluice_outage_units_total",
+			"Units admitted on the local share while Redis could not decide, by outcome: charged to Redis once it was back, expired with their window first, or dropped (backlog full).",
+			[]string{"outcome"}),
+		responseCostMissing: r.counterVec("sluice_response_cost_missing_total",
+			"Responses of responseCost rules that reported no valid cost (no header or field, a value that is no non-negative integer, a body too large to search, or no response from the upstream), by policy and rule: such a request was charged its minimumCost.",
+			policyRuleLabels),
 	}
-	m.slotsHeld = r.gaugeVec("sluice_concurrency_slots_held", "Slots of Concurrency rules this pod's requests hold now (admitted, response not finished), by policy and rule.", policyRuleLabels)
-	m.adaptiveLimit = r.gaugeVec("sluice_adaptive_limit", "An adaptive rule's limit on the requests it matches in flight to this pod's application, now.", policyRuleLabels)
-	m.adaptiveShed = r.counterVec("sluice_adaptive_shed_total", "Requests shed with 503 by an adaptive rule's limit on the requests in flight to this pod's application (in mode Shadow: that it would have shed, and let pass); not in sluice_requests_total.", policyRuleLabels)
+	m.slotsHeld = r.gaugeVec("sluice_concurrency_slots_held",
+		"Slots of Concurrency rules this pod's requests hold now (admitted, response not finished), by policy and rule.",
+		policyRuleLabels)
+	m.adaptiveLimit = r.gaugeVec("sluice_adaptive_limit",
+		"An adaptive rule's limit on the requests it matches in flight to this pod's application, now.",
+		policyRuleLabels)
+	m.adaptiveShed = r.counterVec("sluice_adaptive_shed_total",
+		"Requests shed with 503 by an adaptive rule's limit on the requests in flight to this pod's application (in mode Shadow: that it would have shed, and let pass); not in sluice_requests_total.",
+		policyRuleLabels)
 	m.jwt = newJWTCollectors(r)
-	m.limitOverrides = r.counterVec("sluice_limit_overrides_total", "Envoy descriptors whose limit override a descriptor rule decided, by policy, rule and outcome: applied, or ignored (an override no rule of that algorithm can take: the rule's own limit applied).", append(policyRuleLabels[:len(policyRuleLabels):len(policyRuleLabels)], "outcome"))
+	m.limitOverrides = r.counterVec("sluice_limit_overrides_total",
+		"Envoy descriptors whose limit override a descriptor rule decided, by policy, rule and outcome: applied, or ignored (an override no rule of that algorithm can take: the rule's own limit applied).",
+		append(policyRuleLabels[:len(policyRuleLabels):len(policyRuleLabels)], "outcome"))
 	registerProcess(r)
 	return m
 }

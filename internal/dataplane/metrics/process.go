@@ -14,14 +14,14 @@ import (
 // registerProcess registers the process's standard series, under the names Prometheus's
 // clients give them: process_cpu_seconds_total, process_resident_memory_bytes,
 // process_virtual_memory_bytes, process_open_fds, process_max_fds,
-// process_start_time_seconds, go_goroutines, go_threads and go_gc_gogc_percent. Each is read at the scrape; one
-// that cannot be read (no /proc) is written as NaN rather than left out.
+// process_start_time_seconds, go_goroutines, go_threads and go_gc_gogc_percent. Each is read
+// at the scrape; one that cannot be read (no /proc) is written as NaN rather than left out.
 func registerProcess(r *Registry) {
 	start := startTime()
 	r.counterFunc("process_cpu_seconds_total", "Total user and system CPU time spent in seconds.", func() float64 {
 		var ru syscall.Rusage
 		if syscall.Getrusage(syscall.RUSAGE_SELF, &ru) != nil {
-			return nan()
+			return math.NaN()
 		}
 		return seconds(ru.Utime) + seconds(ru.Stime)
 	})
@@ -30,14 +30,14 @@ func registerProcess(r *Registry) {
 	r.gaugeFunc("process_open_fds", "Number of open file descriptors.", func() float64 {
 		entries, err := os.ReadDir("/proc/self/fd")
 		if err != nil {
-			return nan()
+			return math.NaN()
 		}
 		return float64(len(entries))
 	})
 	r.gaugeFunc("process_max_fds", "Maximum number of open file descriptors.", func() float64 {
 		var l syscall.Rlimit
 		if syscall.Getrlimit(syscall.RLIMIT_NOFILE, &l) != nil {
-			return nan()
+			return math.NaN()
 		}
 		return float64(l.Cur)
 	})
@@ -51,13 +51,11 @@ func registerProcess(r *Registry) {
 		s := []rtmetrics.Sample{{Name: "/gc/gogc:percent"}}
 		rtmetrics.Read(s)
 		if s[0].Value.Kind() != rtmetrics.KindUint64 {
-			return nan()
+			return math.NaN()
 		}
 		return float64(s[0].Value.Uint64())
 	})
 }
-
-func nan() float64 { return math.NaN() }
 
 func seconds(t syscall.Timeval) float64 { return float64(t.Sec) + float64(t.Usec)/1e6 }
 
@@ -65,15 +63,15 @@ func seconds(t syscall.Timeval) float64 { return float64(t.Sec) + float64(t.Usec
 func statm(i int) float64 {
 	b, err := os.ReadFile("/proc/self/statm")
 	if err != nil {
-		return nan()
+		return math.NaN()
 	}
 	f := bytes.Fields(b)
 	if len(f) <= i {
-		return nan()
+		return math.NaN()
 	}
 	pages, err := strconv.ParseUint(string(f[i]), 10, 64)
 	if err != nil {
-		return nan()
+		return math.NaN()
 	}
 	return float64(pages) * float64(os.Getpagesize())
 }
