@@ -28,6 +28,13 @@ type SlotRenewer interface {
 	Renew(ctx context.Context, key string, lim limiter.Limit, holders []int64, now time.Time) (int, error)
 }
 
+// asyncReleaser is a SlotStore whose releases need not be waited for (redisstore.Store): the
+// request's end does not wait for Redis's answer, and failed is called with the error of a
+// release that did not reach it.
+type asyncReleaser interface {
+	ReleaseAsync(key string, lim limiter.Limit, holder int64, failed func(error))
+}
+
 // slotHolder counts slots taken elsewhere (limiter.MemoryStore.Hold).
 type slotHolder interface {
 	Hold(key string, lim limiter.Limit)
@@ -103,9 +110,9 @@ func (d *Decider) hold(rules []*config.Rule, takes []limiter.Take, res []limiter
 	return h
 }
 
-// Release gives back h's slots, once: in the local store, or in Redis, where a release that
-// fails is tried again in the background until the slot would have expired anyway. A nil
-// Holding holds nothing.
+// Release gives back h's slots, once: in the local store, or in Redis, without waiting for
+// its answer (asyncReleaser); a release that fails is tried again in the background until the
+// slot would have expired anyway. A nil Holding holds nothing.
 func (h *Holding) Release() {
 	if h == nil || h.done.Swap(true) {
 		return
@@ -132,6 +139,14 @@ func (h *Holding) Release() {
 		// A slot being renewed for the first time now is released by the renewal, which
 		// finds the Holding gone from the register.
 		if remote == nil || !remoteOf[i] {
+			continue
+		}
+		if ar, ok := remote.(asyncReleaser); ok {
+			s := *s
+			ar.ReleaseAsync(s.key, s.rule.Limit, s.holder, func(error) {
+				d.opts.Metrics.RedisErrors.WithLabelValues("release").Inc()
+				go d.retryRelease(remote, s)
+			})
 			continue
 		}
 		if err := remote.Release(context.Background(), s.key, s.rule.Limit, s.holder); err != nil {

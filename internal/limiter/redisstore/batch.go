@@ -159,6 +159,10 @@ type batcher struct {
 	// cluster: the client is a cluster client and node its master (see sendNode).
 	cluster bool
 	queue   chan *call
+	// rel is a single-node batcher's queue of Concurrency releases (nil on a cluster), which
+	// it sends with its batches; kick wakes a sender when a release is queued.
+	rel  *releases
+	kick chan struct{}
 	// ctx is canceled by close, so a sender does not start another round trip.
 	ctx     context.Context
 	cancel  context.CancelFunc
@@ -228,6 +232,7 @@ func makeBatcher(client redis.UniversalClient, node *redis.Client, minTTL int64)
 		xscript: nodeScript,
 		wire:    make(chan struct{}, MaxConns),
 		queue:   make(chan *call, queueLen),
+		kick:    make(chan struct{}, 1),
 		ctx:     ctx,
 		cancel:  cancel,
 		stop:    make(chan struct{}),
@@ -430,8 +435,8 @@ func withDeadline(ctx context.Context, deadline time.Time) (context.Context, con
 	return context.WithDeadline(ctx, deadline)
 }
 
-// run is one sender: it blocks for a first call, takes whatever else is queued, sends the
-// batch and repeats until close.
+// run is one sender: it blocks for a first call (or a queued release), takes whatever else is
+// queued, sends the batch and repeats until close.
 func (b *batcher) run() {
 	batch := make([]*call, 0, maxBatch)
 	var timer *time.Timer // gather's
@@ -439,12 +444,17 @@ func (b *batcher) run() {
 		select {
 		case c := <-b.queue:
 			batch = append(batch, c)
+		case <-b.kick:
 		case <-b.stop:
+			b.failReleases()
 			return
 		}
 		// The calls that queue while this waits for a connection join the batch.
 		if !b.acquire(false, nil) {
-			batch[0].finish(nil, ErrClosed)
+			if len(batch) > 0 {
+				batch[0].finish(nil, ErrClosed)
+			}
+			b.failReleases()
 			return
 		}
 	fill:
@@ -456,18 +466,68 @@ func (b *batcher) run() {
 				break fill
 			}
 		}
-		batch = b.gather(batch, &timer)
-		b.flow.flushed(b.loadNow())
-		if b.load != nil { // see own
-			b.own.flushed(b.active.Load())
+		if len(batch) == 0 {
+			b.sendReleases()
+		} else {
+			batch = b.gather(batch, &timer)
+			b.flow.flushed(b.loadNow())
+			if b.load != nil { // see own
+				b.own.flushed(b.active.Load())
+			}
+			b.send(batch)
+			b.flow.replied()
+			b.own.replied()
 		}
-		b.send(batch)
-		b.flow.replied()
-		b.own.replied()
 		b.release()
 		clear(batch)
 		batch = batch[:0]
+		if b.rel != nil && b.rel.pending() { // queued meanwhile: with the next batch, or alone
+			b.wake()
+		}
 	}
+}
+
+// queueRelease queues p for the next pipeline (see releases).
+func (b *batcher) queueRelease(p *pendingRelease) {
+	b.rel.add(p)
+	b.wake()
+	select {
+	case <-b.stop: // no sender left to take it
+		b.failReleases()
+	default:
+	}
+}
+
+// wake makes a sender run once more, to send the releases queued.
+func (b *batcher) wake() {
+	select {
+	case b.kick <- struct{}{}:
+	default:
+	}
+}
+
+// failReleases fails every queued release with ErrClosed.
+func (b *batcher) failReleases() {
+	if b.rel != nil {
+		b.rel.fail(ErrClosed)
+	}
+}
+
+// sendReleases sends the queued releases as a pipeline of their own: no decision is waiting to
+// carry them.
+func (b *batcher) sendReleases() {
+	if b.rel == nil {
+		return
+	}
+	ctx, cancel := context.WithTimeout(b.ctx, b.rel.timeout)
+	defer cancel()
+	pipe := b.client.Pipeline()
+	sr := b.rel.pipe(ctx, pipe)
+	if len(sr.ps) == 0 {
+		return
+	}
+	_, _ = pipe.Exec(ctx)
+	sr.finish()
 }
 
 // send runs one batch as a pipeline and completes every call in it.
@@ -631,6 +691,10 @@ func (m *merged) finish(vals []int64, err error) {
 // their commands in order. Errors are read per command.
 func (b *batcher) exec(ctx context.Context, scripts []*merged, src bool) []*redis.Cmd {
 	pipe := b.client.Pipeline()
+	var sr sentReleases
+	if !src && b.rel != nil { // releases first: a slot they free can go to the takes after them
+		sr = b.rel.pipe(ctx, pipe)
+	}
 	cmds := make([]*redis.Cmd, len(scripts))
 	for i, m := range scripts {
 		if src {
@@ -640,6 +704,7 @@ func (b *batcher) exec(ctx context.Context, scripts []*merged, src bool) []*redi
 		}
 	}
 	_, _ = pipe.Exec(ctx)
+	sr.finish()
 	return cmds
 }
 

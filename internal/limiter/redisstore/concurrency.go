@@ -40,8 +40,9 @@ func (s *Store) member(h int64) string {
 var _ limiter.SlotStore = (*Store)(nil)
 
 // Release implements limiter.SlotStore: it removes holding holder of key under lim (ZREM),
-// within Options.Timeout. A holding already gone (released, expired) is no error. Concurrent
-// releases share round trips: see releases.
+// within Options.Timeout, and waits for Redis's answer. A holding already gone (released,
+// expired) is no error. A single-node Store's releases ride on its batcher's pipelines (see
+// releases); ReleaseAsync does not wait.
 func (s *Store) Release(ctx context.Context, key string, lim limiter.Limit, holder int64) error {
 	ctx, cancel := context.WithTimeout(ctx, s.timeout)
 	defer cancel()
@@ -51,7 +52,13 @@ func (s *Store) Release(ctx context.Context, key string, lim limiter.Limit, hold
 	if s.batch == nil { // a cluster (its batchers are per master) or an unbatched Store
 		err = s.roundTrip(ctx, rk, func() error { return s.client.ZRem(ctx, rk, s.member(holder)).Err() })
 	} else {
-		err = s.rel.release(ctx, s, rk, s.member(holder))
+		p := &pendingRelease{key: rk, member: s.member(holder), done: make(chan error, 1)}
+		s.batch.queueRelease(p)
+		select {
+		case err = <-p.done:
+		case <-ctx.Done():
+			err = ctx.Err()
+		}
 	}
 	if err != nil {
 		return s.wrap(ctx, err, time.Since(start))
@@ -59,77 +66,120 @@ func (s *Store) Release(ctx context.Context, key string, lim limiter.Limit, hold
 	return nil
 }
 
-// releases coalesces a single-node Store's concurrent Releases into pipelines of ZREM, one
-// round trip each: every request of a Concurrency rule ends in a release, and on its own round
-// trip each would cost Redis and the sidecar more than the request's decision, which the
-// batcher shares with the others in flight (bench/concurrency.sh). A release that finds no
-// pipeline of releases being sent starts one, which sends every release queued by the time
-// it goes, then those queued meanwhile, until none is left.
-type releases struct {
-	mu      sync.Mutex
-	sending bool
-	queue   []*pendingRelease
+// ReleaseAsync is Release without waiting: on a single-node Store it queues the ZREM for the
+// batcher's next pipeline and returns; failed, unless nil, is called with the error of a
+// release that did not reach Redis, on the batcher's goroutine (so it must not block). A
+// cluster Store releases at once, as Release does.
+func (s *Store) ReleaseAsync(key string, lim limiter.Limit, holder int64, failed func(error)) {
+	if s.batch == nil {
+		if err := s.Release(context.Background(), key, lim, holder); err != nil && failed != nil {
+			failed(err)
+		}
+		return
+	}
+	s.batch.queueRelease(&pendingRelease{key: s.Keys(key, lim)[0], member: s.member(holder), failed: failed})
 }
 
-// pendingRelease is one queued ZREM and where its outcome goes (buffered: the sender never
-// waits for a caller that gave up).
+// releases is a single-node batcher's queue of ZREMs. Every request of a Concurrency rule
+// ends in a release: on a round trip of its own each would cost Redis and the sidecar more
+// than the request's decision, which the batcher shares with the others in flight, and would
+// take a connection from the decisions' batches (bench/concurrency.sh). So the batcher sends
+// the releases queued by the time it sends a batch of decisions in that batch's pipeline,
+// before its script calls (a slot freed there can be taken by them), one ZREM per key; and
+// when no decision is waiting, a pipeline of releases alone.
+type releases struct {
+	mu    sync.Mutex
+	queue []*pendingRelease
+	// timeout bounds a pipeline of releases alone (the Store's Options.Timeout).
+	timeout time.Duration
+}
+
+// pendingRelease is one queued ZREM, and where its outcome goes: done (buffered: the sender
+// never waits for a caller that gave up) for Release, failed for ReleaseAsync.
 type pendingRelease struct {
 	key, member string
 	done        chan error
+	failed      func(error)
 }
 
-// release queues a ZREM of member of key and waits for its outcome, or for ctx.
-func (r *releases) release(ctx context.Context, s *Store, key, member string) error {
-	p := &pendingRelease{key: key, member: member, done: make(chan error, 1)}
+func (p *pendingRelease) finish(err error) {
+	switch {
+	case p.done != nil:
+		p.done <- err
+	case err != nil && p.failed != nil:
+		p.failed(err)
+	}
+}
+
+// add queues p.
+func (r *releases) add(p *pendingRelease) {
 	r.mu.Lock()
 	r.queue = append(r.queue, p)
-	start := !r.sending
-	r.sending = true
 	r.mu.Unlock()
-	if start {
-		go r.send(s) //nolint:gosec // the sender serves every release queued, not this caller alone: it outlives ctx
+}
+
+// pending reports whether a release is queued.
+func (r *releases) pending() bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return len(r.queue) > 0
+}
+
+// take removes and returns the queued releases, at most queueLen.
+func (r *releases) take() []*pendingRelease {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	batch := r.queue[:min(len(r.queue), queueLen)]
+	if r.queue = r.queue[len(batch):]; len(r.queue) == 0 {
+		r.queue = nil
 	}
-	select {
-	case err := <-p.done:
-		return err
-	case <-ctx.Done():
-		return ctx.Err()
+	return batch
+}
+
+// sentReleases is releases queued on a pipeline: one ZREM per key, cmd[i] the one of ps[i].
+type sentReleases struct {
+	ps  []*pendingRelease
+	cmd []*redis.IntCmd
+}
+
+// pipe takes the queued releases and queues them on pipe, the members of one key in one ZREM.
+func (r *releases) pipe(ctx context.Context, pipe redis.Pipeliner) sentReleases {
+	ps := r.take()
+	if len(ps) == 0 {
+		return sentReleases{}
+	}
+	byKey := make(map[string][]any, 4)
+	var order []string
+	for _, p := range ps {
+		if _, ok := byKey[p.key]; !ok {
+			order = append(order, p.key)
+		}
+		byKey[p.key] = append(byKey[p.key], p.member)
+	}
+	cmds := make(map[string]*redis.IntCmd, len(order))
+	for _, k := range order {
+		cmds[k] = pipe.ZRem(ctx, k, byKey[k]...)
+	}
+	sr := sentReleases{ps: ps, cmd: make([]*redis.IntCmd, len(ps))}
+	for i, p := range ps {
+		sr.cmd[i] = cmds[p.key]
+	}
+	return sr
+}
+
+// finish reports each release's outcome, its ZREM's (go-redis sets the pipeline's error on
+// every command of a pipeline that failed).
+func (sr sentReleases) finish() {
+	for i, p := range sr.ps {
+		p.finish(sr.cmd[i].Err())
 	}
 }
 
-// send sends the queued releases, a pipeline of at most queueLen at a time, until the queue
-// is empty.
-func (r *releases) send(s *Store) {
-	for {
-		r.mu.Lock()
-		batch := r.queue[:min(len(r.queue), queueLen)]
-		if r.queue = r.queue[len(batch):]; len(r.queue) == 0 {
-			r.queue = nil
-		}
-		if len(batch) == 0 {
-			r.sending = false
-			r.mu.Unlock()
-			return
-		}
-		r.mu.Unlock()
-		ctx, cancel := context.WithTimeout(context.Background(), s.timeout)
-		cmds := make([]*redis.IntCmd, len(batch))
-		err := s.roundTrip(ctx, batch[0].key, func() error {
-			_, err := s.client.Pipelined(ctx, func(pipe redis.Pipeliner) error {
-				for i, p := range batch {
-					cmds[i] = pipe.ZRem(ctx, p.key, p.member)
-				}
-				return nil
-			})
-			return err
-		})
-		cancel()
-		for i, p := range batch {
-			e := err
-			if cmds[i] != nil {
-				e = cmds[i].Err()
-			}
-			p.done <- e
+// fail reports err to every queued release.
+func (r *releases) fail(err error) {
+	for ps := r.take(); len(ps) > 0; ps = r.take() {
+		for _, p := range ps {
+			p.finish(err)
 		}
 	}
 }

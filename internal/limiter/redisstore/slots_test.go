@@ -2,11 +2,16 @@ package redisstore
 
 import (
 	"context"
+	"strconv"
+	"strings"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/redis/go-redis/v9"
+
 	"github.com/sluice-dev/sluice/internal/limiter"
+	"github.com/sluice-dev/sluice/internal/testutil/proc"
 	"github.com/sluice-dev/sluice/internal/testutil/redisserver"
 )
 
@@ -182,5 +187,109 @@ func TestConcurrencyReleasesCoalesced(t *testing.T) {
 	srv.Kill()
 	if err := s.Release(ctx, "k", lim, 51); err == nil {
 		t.Fatal("a release with Redis gone succeeded")
+	}
+}
+
+// zremCalls is how many ZREM commands the server has run.
+func zremCalls(t *testing.T, c redis.UniversalClient) int64 {
+	t.Helper()
+	info, err := c.Info(context.Background(), "commandstats").Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for line := range strings.SplitSeq(info, "\r\n") {
+		if rest, ok := strings.CutPrefix(line, "cmdstat_zrem:calls="); ok {
+			n, _ := strconv.ParseInt(rest[:strings.IndexByte(rest, ',')], 10, 64)
+			return n
+		}
+	}
+	return 0
+}
+
+// TestConcurrencyReleasesRideTheBatch: the releases queued when the batcher sends a pipeline
+// go in it, one ZREM per key before the script calls, and each learns its outcome.
+func TestConcurrencyReleasesRideTheBatch(t *testing.T) {
+	ctx := context.Background()
+	srv := redisserver.StartTest(t)
+	c := newClient(t, srv.URL())
+	s := newStore(t, c, explicitTime("ride"))
+	lim := limiter.Limit{Algorithm: limiter.Concurrency, Limit: 100, Window: 30 * time.Second}
+	for _, k := range []string{"a", "b"} {
+		for h := int64(1); h <= 4; h++ {
+			res := make([]limiter.Result, 1)
+			if ok, err := s.TakeRequest(ctx, slotReq(k, lim, h, nil), at(0), res); err != nil || !ok {
+				t.Fatalf("%s holding %d: %v %+v", k, h, err, res[0])
+			}
+		}
+	}
+	before := zremCalls(t, c)
+	// Queued without waking the sender, so that the pipeline below carries them.
+	var ps []*pendingRelease
+	for _, r := range []struct {
+		key string
+		h   int64
+	}{{"a", 1}, {"b", 1}, {"a", 2}, {"a", 3}, {"b", 2}, {"a", 9}} {
+		p := &pendingRelease{key: s.Keys(r.key, lim)[0], member: s.member(r.h), done: make(chan error, 1)}
+		s.batch.rel.add(p)
+		ps = append(ps, p)
+	}
+	_ = s.batch.exec(ctx, nil, false)
+	for i, p := range ps {
+		select {
+		case err := <-p.done:
+			if err != nil {
+				t.Fatalf("release %d: %v", i, err)
+			}
+		case <-time.After(proc.Patience):
+			t.Fatalf("release %d was not sent with the pipeline", i)
+		}
+	}
+	if n := zremCalls(t, c) - before; n != 2 {
+		t.Errorf("%d ZREMs for the releases of two keys, want 2", n)
+	}
+	for k, want := range map[string]int{"a": 1, "b": 2} {
+		if hs, err := s.Holdings(ctx, k, lim); err != nil || len(hs) != want {
+			t.Errorf("key %s: %d holdings (%v), want %d", k, len(hs), err, want)
+		}
+	}
+}
+
+// TestConcurrencyReleaseAsync: a release not waited for reaches Redis, and one that cannot
+// reach it reports its error.
+func TestConcurrencyReleaseAsync(t *testing.T) {
+	ctx := context.Background()
+	srv := redisserver.StartTest(t)
+	s := newStore(t, newClient(t, srv.URL()), explicitTime("async"))
+	lim := limiter.Limit{Algorithm: limiter.Concurrency, Limit: 100, Window: 30 * time.Second}
+	for h := int64(1); h <= 20; h++ {
+		res := make([]limiter.Result, 1)
+		if ok, err := s.TakeRequest(ctx, slotReq("k", lim, h, nil), at(0), res); err != nil || !ok {
+			t.Fatalf("holding %d: %v %+v", h, err, res[0])
+		}
+	}
+	for h := int64(1); h <= 20; h++ {
+		s.ReleaseAsync("k", lim, h, func(err error) { t.Errorf("release %d: %v", h, err) })
+	}
+	deadline := time.Now().Add(proc.Patience)
+	for {
+		hs, err := s.Holdings(ctx, "k", lim)
+		if err == nil && len(hs) == 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%d holdings left after 20 releases of 20 (%v)", len(hs), err)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	srv.Kill()
+	failed := make(chan error, 1)
+	s.ReleaseAsync("k", lim, 1, func(err error) { failed <- err })
+	select {
+	case err := <-failed:
+		if err == nil {
+			t.Fatal("a release with Redis gone reported a nil error")
+		}
+	case <-time.After(proc.Patience):
+		t.Fatal("a release with Redis gone never reported its failure")
 	}
 }

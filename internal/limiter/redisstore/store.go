@@ -89,8 +89,6 @@ type Store struct {
 	refundFailures atomic.Int64
 	// holderID names the Store's Concurrency holdings in Redis (see concurrency.go).
 	holderID int64
-	// rel coalesces the releases of those holdings (a single-node Store's).
-	rel releases
 }
 
 var _ limiter.Store = (*Store)(nil)
@@ -127,6 +125,7 @@ func newWithSenders(client redis.UniversalClient, opts Options, n int) *Store {
 		} else {
 			node, _ := client.(*redis.Client) // nil for other clients: no preload
 			s.batch = newBatcher(client, node, n, s.minTTL)
+			s.batch.rel = &releases{timeout: s.timeout}
 		}
 	}
 	return s
