@@ -150,6 +150,17 @@ func TestConcurrencyExpiry(t *testing.T) {
 	}
 }
 
+// takeSlots takes holdings 1 to n of key under lim, failing t unless each is admitted.
+func takeSlots(t *testing.T, s *Store, key string, lim limiter.Limit, n int64) {
+	t.Helper()
+	for h := int64(1); h <= n; h++ {
+		res := make([]limiter.Result, 1)
+		if ok, err := s.TakeRequest(context.Background(), slotReq(key, lim, h, nil), at(0), res); err != nil || !ok {
+			t.Fatalf("%s holding %d: %v %+v", key, h, err, res[0])
+		}
+	}
+}
+
 // TestConcurrencyReleasesCoalesced: many releases at once (sharing pipelines) each remove their
 // own holding and no other; with Redis gone they fail, and the holdings stay until they expire.
 func TestConcurrencyReleasesCoalesced(t *testing.T) {
@@ -157,12 +168,7 @@ func TestConcurrencyReleasesCoalesced(t *testing.T) {
 	srv := redisserver.StartTest(t)
 	s := newStore(t, newClient(t, srv.URL()), explicitTime("releases"))
 	lim := limiter.Limit{Algorithm: limiter.Concurrency, Limit: 100, Window: 30 * time.Second}
-	for h := int64(1); h <= 60; h++ {
-		res := make([]limiter.Result, 1)
-		if ok, err := s.TakeRequest(ctx, slotReq("k", lim, h, nil), at(0), res); err != nil || !ok {
-			t.Fatalf("holding %d: %v %+v", h, err, res[0])
-		}
-	}
+	takeSlots(t, s, "k", lim, 60)
 	var wg sync.WaitGroup
 	errs := make(chan error, 50)
 	for h := int64(1); h <= 50; h++ {
@@ -214,14 +220,8 @@ func TestConcurrencyReleasesRideTheBatch(t *testing.T) {
 	c := newClient(t, srv.URL())
 	s := newStore(t, c, explicitTime("ride"))
 	lim := limiter.Limit{Algorithm: limiter.Concurrency, Limit: 100, Window: 30 * time.Second}
-	for _, k := range []string{"a", "b"} {
-		for h := int64(1); h <= 4; h++ {
-			res := make([]limiter.Result, 1)
-			if ok, err := s.TakeRequest(ctx, slotReq(k, lim, h, nil), at(0), res); err != nil || !ok {
-				t.Fatalf("%s holding %d: %v %+v", k, h, err, res[0])
-			}
-		}
-	}
+	takeSlots(t, s, "a", lim, 4)
+	takeSlots(t, s, "b", lim, 4)
 	before := zremCalls(t, c)
 	// Queued without waking the sender, so that the pipeline below carries them.
 	var ps []*pendingRelease
@@ -261,12 +261,7 @@ func TestConcurrencyReleaseAsync(t *testing.T) {
 	srv := redisserver.StartTest(t)
 	s := newStore(t, newClient(t, srv.URL()), explicitTime("async"))
 	lim := limiter.Limit{Algorithm: limiter.Concurrency, Limit: 100, Window: 30 * time.Second}
-	for h := int64(1); h <= 20; h++ {
-		res := make([]limiter.Result, 1)
-		if ok, err := s.TakeRequest(ctx, slotReq("k", lim, h, nil), at(0), res); err != nil || !ok {
-			t.Fatalf("holding %d: %v %+v", h, err, res[0])
-		}
-	}
+	takeSlots(t, s, "k", lim, 20)
 	for h := int64(1); h <= 20; h++ {
 		s.ReleaseAsync("k", lim, h, func(err error) { t.Errorf("release %d: %v", h, err) })
 	}
