@@ -28,10 +28,11 @@ type SlotRenewer interface {
 	Renew(ctx context.Context, key string, lim limiter.Limit, holders []int64, now time.Time) (int, error)
 }
 
-// asyncReleaser is a SlotStore whose releases need not be waited for (redisstore.Store): the
-// request's end does not wait for Redis's answer, and failed is called with the error of a
-// release that did not reach it.
-type asyncReleaser interface {
+// remoteSlots is the shared store's side of Concurrency slots (redisstore.Store): ReleaseAsync
+// releases without the request's end waiting for Redis's answer, calling failed with the error
+// of a release that did not reach it; Release, waited for, retries it.
+type remoteSlots interface {
+	limiter.SlotStore
 	ReleaseAsync(key string, lim limiter.Limit, holder int64, failed func(error))
 }
 
@@ -111,7 +112,7 @@ func (d *Decider) hold(rules []*config.Rule, takes []limiter.Take, res []limiter
 }
 
 // Release gives back h's slots, once: in the local store, or in Redis, without waiting for
-// its answer (asyncReleaser); a release that fails is tried again in the background until the
+// its answer (remoteSlots); a release that fails is tried again in the background until the
 // slot would have expired anyway. A nil Holding holds nothing.
 func (h *Holding) Release() {
 	if h == nil || h.done.Swap(true) {
@@ -127,7 +128,7 @@ func (h *Holding) Release() {
 	}
 	d.slots.mu.Unlock()
 	local, _ := d.opts.Local.(limiter.SlotStore)
-	remote, _ := d.opts.Remote.(limiter.SlotStore)
+	remote, _ := d.opts.Remote.(remoteSlots)
 	for i := range h.slots {
 		s := &h.slots[i]
 		if g := s.rule.Metrics.SlotsHeld; g != nil {
@@ -141,18 +142,11 @@ func (h *Holding) Release() {
 		if remote == nil || !remoteOf[i] {
 			continue
 		}
-		if ar, ok := remote.(asyncReleaser); ok {
-			s := *s
-			ar.ReleaseAsync(s.key, s.rule.Limit, s.holder, func(error) {
-				d.opts.Metrics.RedisErrors.WithLabelValues("release").Inc()
-				go d.retryRelease(remote, s)
-			})
-			continue
-		}
-		if err := remote.Release(context.Background(), s.key, s.rule.Limit, s.holder); err != nil {
+		sl := *s
+		remote.ReleaseAsync(sl.key, sl.rule.Limit, sl.holder, func(error) {
 			d.opts.Metrics.RedisErrors.WithLabelValues("release").Inc()
-			go d.retryRelease(remote, *s)
-		}
+			go d.retryRelease(remote, sl)
+		})
 	}
 }
 

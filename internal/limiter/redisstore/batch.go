@@ -522,12 +522,12 @@ func (b *batcher) sendReleases() {
 	ctx, cancel := context.WithTimeout(b.ctx, b.rel.timeout)
 	defer cancel()
 	pipe := b.client.Pipeline()
-	sr := b.rel.pipe(ctx, pipe)
-	if len(sr.ps) == 0 {
+	groups := b.rel.pipe(ctx, pipe)
+	if len(groups) == 0 {
 		return
 	}
 	_, _ = pipe.Exec(ctx)
-	sr.finish()
+	finishReleases(groups)
 }
 
 // send runs one batch as a pipeline and completes every call in it.
@@ -691,9 +691,9 @@ func (m *merged) finish(vals []int64, err error) {
 // their commands in order. Errors are read per command.
 func (b *batcher) exec(ctx context.Context, scripts []*merged, src bool) []*redis.Cmd {
 	pipe := b.client.Pipeline()
-	var sr sentReleases
+	var groups []*releaseGroup
 	if !src && b.rel != nil { // releases first: a slot they free can go to the takes after them
-		sr = b.rel.pipe(ctx, pipe)
+		groups = b.rel.pipe(ctx, pipe)
 	}
 	cmds := make([]*redis.Cmd, len(scripts))
 	for i, m := range scripts {
@@ -704,7 +704,7 @@ func (b *batcher) exec(ctx context.Context, scripts []*merged, src bool) []*redi
 		}
 	}
 	_, _ = pipe.Exec(ctx)
-	sr.finish()
+	finishReleases(groups)
 	return cmds
 }
 

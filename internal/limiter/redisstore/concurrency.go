@@ -136,42 +136,41 @@ func (r *releases) take() []*pendingRelease {
 	return batch
 }
 
-// sentReleases is releases queued on a pipeline: one ZREM per key, cmd[i] the one of ps[i].
-type sentReleases struct {
-	ps  []*pendingRelease
-	cmd []*redis.IntCmd
+// releaseGroup is the releases of one key queued on a pipeline, as one ZREM.
+type releaseGroup struct {
+	ps      []*pendingRelease
+	members []any
+	cmd     *redis.IntCmd
 }
 
 // pipe takes the queued releases and queues them on pipe, the members of one key in one ZREM.
-func (r *releases) pipe(ctx context.Context, pipe redis.Pipeliner) sentReleases {
-	ps := r.take()
-	if len(ps) == 0 {
-		return sentReleases{}
-	}
-	byKey := make(map[string][]any, 4)
-	var order []string
-	for _, p := range ps {
-		if _, ok := byKey[p.key]; !ok {
-			order = append(order, p.key)
+func (r *releases) pipe(ctx context.Context, pipe redis.Pipeliner) []*releaseGroup {
+	var groups []*releaseGroup
+	byKey := map[string]*releaseGroup{}
+	for _, p := range r.take() {
+		g := byKey[p.key]
+		if g == nil {
+			g = &releaseGroup{}
+			byKey[p.key] = g
+			groups = append(groups, g)
 		}
-		byKey[p.key] = append(byKey[p.key], p.member)
+		g.ps = append(g.ps, p)
+		g.members = append(g.members, p.member)
 	}
-	cmds := make(map[string]*redis.IntCmd, len(order))
-	for _, k := range order {
-		cmds[k] = pipe.ZRem(ctx, k, byKey[k]...)
+	for _, g := range groups {
+		g.cmd = pipe.ZRem(ctx, g.ps[0].key, g.members...)
 	}
-	sr := sentReleases{ps: ps, cmd: make([]*redis.IntCmd, len(ps))}
-	for i, p := range ps {
-		sr.cmd[i] = cmds[p.key]
-	}
-	return sr
+	return groups
 }
 
-// finish reports each release's outcome, its ZREM's (go-redis sets the pipeline's error on
-// every command of a pipeline that failed).
-func (sr sentReleases) finish() {
-	for i, p := range sr.ps {
-		p.finish(sr.cmd[i].Err())
+// finishReleases reports each release's outcome, its ZREM's (go-redis sets the pipeline's
+// error on every command of a pipeline that failed).
+func finishReleases(groups []*releaseGroup) {
+	for _, g := range groups {
+		err := g.cmd.Err()
+		for _, p := range g.ps {
+			p.finish(err)
+		}
 	}
 }
 
